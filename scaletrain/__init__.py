@@ -1,0 +1,15 @@
+"""scaletrain: ordinary PyTorch training on many processes, devices and machines.
+
+    import scaletrain
+    with scaletrain.init(strategy="ddp") as run:
+        model, optimizer = run.setup(model, optimizer)
+        ...
+"""
+
+from .api import Run, init
+from .environment import DistEnv, detect
+from .errors import UsageError
+
+__version__ = "0.1.0"
+
+__all__ = ["init", "Run", "detect", "DistEnv", "UsageError", "__version__"]

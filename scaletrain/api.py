@@ -1,0 +1,213 @@
+"""The public library API: `scaletrain.init()` and the `Run` it returns.
+
+    run = scaletrain.init(strategy="ddp")
+    model, optimizer = run.setup(model, optimizer)
+    loader = run.loader(dataset, batch_size=32, shuffle=True)
+    for epoch in range(epochs):
+        for inputs, targets in loader:
+            loss = run.train_step(model, optimizer, inputs, targets, loss_fn)
+        run.print(run.evaluate(model, held_out, batch_size=256))
+    run.close()
+
+The same script runs as one process (`python script.py`) and under any launcher
+(torchrun, mpirun, srun, `scaletrain launch`): `init` detects which.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from datetime import timedelta
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from . import process_group
+from .backends import choose_backend
+from .data import ShardedLoader, eval_loader, move_to
+from .environment import DistEnv, detect
+from .devices import choose_device, threads_per_process
+from .strategies import Strategy, get_strategy
+
+
+def seed_everything(seed: int) -> None:
+    """Same seed on every rank: every replica starts from the same initial weights."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+class Run:
+    """One process's view of a distributed training run."""
+
+    def __init__(self, env: DistEnv, strategy: Strategy, device: torch.device, backend: str,
+                 threads: int, owns_group: bool, seed: int):
+        self.env = env
+        self.strategy = strategy
+        self.device = device
+        self.backend = backend
+        self.threads = threads
+        self.seed = seed
+        self._owns_group = owns_group
+        self._closed = False
+        self.started = time.perf_counter()
+
+    # -- who am I -----------------------------------------------------------------------
+    rank = property(lambda self: self.env.rank)
+    local_rank = property(lambda self: self.env.local_rank)
+    world_size = property(lambda self: self.env.world_size)
+    local_world_size = property(lambda self: self.env.local_world_size)
+    node_rank = property(lambda self: self.env.node_rank)
+    nnodes = property(lambda self: self.env.nnodes)
+    is_main = property(lambda self: self.env.rank == 0)
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return self.strategy.data_parallel(self)[0]
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.strategy.data_parallel(self)[1]
+
+    # -- model and data -----------------------------------------------------------------
+    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None):
+        """Places and wraps the model (and optimizer) for the strategy.
+        Returns (model, optimizer), or just the model when no optimizer is given."""
+        wrapped, opt = self.strategy.setup(self, model, optimizer)
+        return wrapped if optimizer is None else (wrapped, opt)
+
+    def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
+               seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:
+        """A loader over this rank's shard; `batch_size` is per process. Batches arrive on
+        `run.device`, and every pass over the loader is a new epoch with a new order."""
+        rank, size = self.strategy.data_parallel(self)
+        return ShardedLoader(dataset, batch_size, shard=rank, num_shards=size, shuffle=shuffle,
+                             drop_last=drop_last, seed=self.seed if seed is None else seed,
+                             device=self.device, **loader_kwargs)
+
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, inputs, targets,
+                   loss_fn: Callable = F.cross_entropy) -> torch.Tensor:
+        """zero_grad, forward, backward (gradients synchronised), optimizer step.
+        Returns the loss as a detached tensor: no host synchronisation in the hot loop."""
+        optimizer.zero_grad(set_to_none=True)
+        loss = self.strategy.forward_backward(self, model, inputs, targets, loss_fn)
+        optimizer.step()
+        return loss
+
+    def no_sync(self, model: nn.Module):
+        """Context for gradient accumulation: backward inside it does not communicate;
+        the first backward outside it synchronises everything accumulated."""
+        return self.strategy.no_sync(model)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """The user's module inside whatever wrapper the strategy added."""
+        return self.strategy.unwrap(model)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, dataset, batch_size: int = 256,
+                 loss_fn: Callable = F.cross_entropy) -> dict:
+        """Loss and accuracy over `dataset`, each sample counted exactly once whatever the
+        world size. Every rank must call it. `loss_fn` must accept `reduction="none"`."""
+        rank, size = self.strategy.data_parallel(self)
+        was_training = model.training
+        model.eval()
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
+        for inputs, targets, real in eval_loader(dataset, batch_size, rank, size, self.device):
+            inputs, targets, real = move_to((inputs, targets, real), self.device)
+            logits = self.strategy.predict(self, model, inputs)
+            if logits is None:  # a process that does not hold the model's output
+                continue
+            real = real.to(torch.float64)
+            losses = loss_fn(logits.float(), targets, reduction="none").to(torch.float64)
+            totals[0] += (losses * real).sum()
+            totals[1] += ((logits.argmax(dim=-1) == targets).to(torch.float64) * real).sum()
+            totals[2] += real.sum()
+        model.train(was_training)
+        totals = self._all_reduce(totals)
+        count = int(totals[2].item())
+        return {"loss": totals[0].item() / max(count, 1), "accuracy": totals[1].item() / max(count, 1),
+                "count": count}
+
+    # -- communication helpers ----------------------------------------------------------
+    def _all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(tensor, op=op)
+        return tensor
+
+    def _as_tensor(self, value) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            return value.detach().to(self.device, torch.float64).clone()
+        return torch.tensor(value, dtype=torch.float64, device=self.device)
+
+    def sum(self, value) -> float | torch.Tensor:
+        """Sum of `value` over all ranks (a float in, a float out; a tensor in, a tensor out)."""
+        out = self._all_reduce(self._as_tensor(value))
+        return out if isinstance(value, torch.Tensor) else out.item()
+
+    def mean(self, value) -> float | torch.Tensor:
+        """Average of a metric across ranks, e.g. `run.mean(loss)`."""
+        out = self._all_reduce(self._as_tensor(value)) / self.world_size
+        return out if isinstance(value, torch.Tensor) else out.item()
+
+    def barrier(self) -> None:
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
+
+    def print(self, *args, **kwargs) -> None:
+        """print() on rank 0 only, so N processes do not print N copies."""
+        if self.is_main:
+            print(*args, **kwargs, flush=True)
+
+    # -- lifetime -----------------------------------------------------------------------
+    def describe(self) -> dict:
+        rank, size = self.strategy.data_parallel(self)
+        facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
+                 "world_size": self.world_size, "nnodes": self.nnodes,
+                 "nproc_per_node": self.local_world_size, "launcher": self.env.launcher,
+                 "threads_per_process": self.threads, "data_parallel_size": size}
+        facts.update(self.strategy.describe(self))
+        return facts
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            process_group.destroy_process_group(self._owns_group)
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Run(strategy={self.strategy.name!r}, rank={self.rank}, world_size={self.world_size}, "
+                f"device={str(self.device)!r}, backend={self.backend!r})")
+
+
+def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
+         threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[timedelta] = None,
+         environ: Optional[Mapping[str, str]] = None, **strategy_options: Any) -> Run:
+    """Detects the environment, sets up the process group, device, backend and threads.
+
+    Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
+    `scaletrain launch` it joins the job. `seed` is applied on every rank (None: leave the
+    random state alone)."""
+    env = detect(os.environ if environ is None else environ)
+    strat = get_strategy(strategy, **strategy_options)
+    dev = choose_device(device, env.local_rank)
+    chosen_backend = choose_backend(backend, dev.type)
+    n_threads = threads_per_process(env.local_world_size, threads)
+    torch.set_num_threads(n_threads)
+    if seed is not None:
+        seed_everything(seed)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    run = Run(env, strat, dev, chosen_backend, n_threads, owns_group=False, seed=seed or 0)
+    strat.validate(run)  # before joining: a doomed run should not make its peers wait
+    run._owns_group = process_group.init_process_group(env, chosen_backend, dev, timeout)
+    return run

@@ -1,0 +1,36 @@
+"""The `scaletrain` command: one subcommand per module, each with NAME, HELP,
+add_arguments(parser) and run(args) -> exit status."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+from ..errors import UsageError
+from . import env_cmd, train_cmd
+from .parsing import OneLineParser, fail
+
+COMMANDS = (train_cmd, env_cmd)
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="scaletrain",
+                           description="Run PyTorch training on many processes and machines, and measure whether it pays.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        p = sub.add_parser(command.NAME, help=command.HELP, description=command.HELP)
+        command.add_arguments(p)
+        p.set_defaults(handler=command.run)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    try:
+        return args.handler(args)
+    except UsageError as exc:
+        return fail(str(exc))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,95 @@
+"""`scaletrain train`: train a workload with a strategy on one or many processes.
+
+Not launched by anything: validate everything, create the output folder, then start the
+processes (spawn). Started by a launcher (torchrun, mpirun, srun, spawn): be one rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..backends import choose_backend
+from ..devices import choose_device, cpu_cores
+from ..environment import detect
+from ..strategies import REGISTRY, get_strategy, strategy_names
+from ..train.config import TrainConfig
+from ..workloads import BUILTIN, get_workload
+from .outdir import check_out, create_out, default_out
+from .parsing import positive_float, positive_int
+
+NAME = "train"
+HELP = "train a model (the built-in digits CNN by default) with a strategy on N processes"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strategy", default="ddp", choices=strategy_names(), metavar="NAME",
+                   help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}")
+    p.add_argument("--nproc-per-node", type=positive_int, default=None, metavar="N",
+                   help="processes on this machine (default: one per GPU, else one per CPU core; 1 for one-process strategies)")
+    p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
+                   help="built-in workload: " + "; ".join(f"{w.name}: {w.description}" for w in BUILTIN.values()))
+    p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
+    p.add_argument("--dataset", metavar="MODULE:FUNCTION",
+                   help="your dataset factory, returning a Dataset (split by --seed) or a (train, held_out) pair")
+    p.add_argument("--epochs", type=positive_int, help="passes over the training data (default: the workload's)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
+    p.add_argument("--eval-batch-size", type=positive_int, default=256, help="samples per process per evaluation step")
+    p.add_argument("--lr", type=positive_float, help="learning rate (default: the workload's)")
+    p.add_argument("--seed", type=int, default=0, help="seeds weights, held-out split and shuffling (default 0)")
+    p.add_argument("--backend", choices=["auto", "gloo", "nccl", "mpi", "ccl"], default="auto",
+                   help="communication backend (default: nccl on CUDA, gloo on CPU)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
+    p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
+                       epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
+                       lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
+                       device=None if args.device == "auto" else args.device, threads=args.threads)
+
+
+def default_nproc(strategy: str) -> int:
+    import torch
+
+    if not REGISTRY[strategy].multi_process:
+        return 1
+    return torch.cuda.device_count() or cpu_cores()
+
+
+def validate(config: TrainConfig, nproc: int) -> None:
+    """Everything that can be checked before a process starts, so mistakes cost seconds."""
+    get_strategy(config.strategy, **config.strategy_options).check_world_size(nproc)
+    device = choose_device(config.device, 0)
+    choose_backend(config.backend, device.type)
+    workload = get_workload(config.workload, config.model, config.dataset)
+    if config.model:
+        workload.build_model()
+    if config.dataset:
+        workload.build_datasets(config.seed)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..launch.spawn import spawn
+    from ..train.loop import train
+
+    env = detect(os.environ)
+    config = config_from_args(args)
+    if env.launched:  # we are one rank of a job someone else started
+        if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
+            print(f"scaletrain: note: --nproc-per-node {args.nproc_per_node} ignored: the {env.launcher} launcher "
+                  f"started {env.local_world_size} process(es) on this node", file=sys.stderr)
+        train(config, args.out or default_out(config.strategy, env.world_size))
+        return 0
+    nproc = args.nproc_per_node or default_nproc(config.strategy)
+    validate(config, nproc)
+    out = check_out(args.out or default_out(config.strategy, nproc))
+    create_out(out)
+    if nproc == 1:
+        train(config, out)
+        return 0
+    return spawn([*args.argv, "--out", str(out)], nproc)

@@ -1,0 +1,32 @@
+"""Writing files so that a crash never leaves a half-written one behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write to a temporary file in the same folder, flush it to disk, then rename over the
+    target: readers see the old file or the new one, never a torn one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(obj, sort_keys=True) + "\n")

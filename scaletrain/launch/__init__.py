@@ -1,0 +1,1 @@
+"""Launchers: how the processes of a job are started (as opposed to strategies: what each does)."""

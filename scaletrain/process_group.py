@@ -1,0 +1,38 @@
+"""Setting up and tearing down torch.distributed's process group for one run."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .environment import DistEnv
+
+DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta | None = None) -> bool:
+    """Join the job's process group. Returns True when this call created it (and so must
+    destroy it), False when the user's code had already initialised one."""
+    if dist.is_initialized():
+        return False
+    timeout = timeout or DEFAULT_TIMEOUT
+    kwargs = {}
+    if device.type == "cuda":
+        # Binding the group to the device lets NCCL connect eagerly and avoids the
+        # "guessing device from rank" warning and its wrong guesses on multi-GPU nodes.
+        kwargs["device_id"] = device
+    if not env.launched and env.world_size == 1:
+        # One process and no launcher: an in-memory store needs no port and cannot clash.
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kwargs)
+        return True
+    host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
+    dist.init_process_group(backend, init_method=f"tcp://{host}:{env.master_port}", rank=env.rank,
+                            world_size=env.world_size, timeout=timeout, **kwargs)
+    return True
+
+
+def destroy_process_group(owned: bool) -> None:
+    if owned and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,39 @@
+"""The settings of one `scaletrain train` run, as one validated value."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+
+@dataclass
+class TrainConfig:
+    strategy: str = "ddp"
+    """Name of the strategy (see `scaletrain.strategies`)."""
+    workload: str = "digits-cnn"
+    """Built-in workload: model, data and default learning rate and epochs."""
+    model: Optional[str] = None
+    """The user's model factory, `module:function`, replacing the workload's model."""
+    dataset: Optional[str] = None
+    """The user's dataset factory, `module:function`, replacing the workload's data."""
+    epochs: Optional[int] = None
+    """Passes over the training data; None: the workload's default."""
+    batch_size: int = 32
+    """Samples per process per step; the global batch is this × data-parallel size."""
+    eval_batch_size: int = 256
+    """Samples per process per evaluation forward."""
+    lr: Optional[float] = None
+    """Adam's learning rate; None: the workload's default."""
+    seed: int = 0
+    """Seeds the initial weights, the held-out split and the shuffling."""
+    backend: Optional[str] = None
+    """gloo, nccl, mpi or ccl; None: NCCL for CUDA, Gloo for CPU."""
+    device: Optional[str] = None
+    """cpu, cuda or cuda:N; None: CUDA when visible."""
+    threads: Optional[int] = None
+    """CPU threads per process; None: cores ÷ processes on the node."""
+    strategy_options: dict = field(default_factory=dict)
+    """Options particular to the strategy."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,83 @@
+"""The built-in trainer. It is written on the public library API (`scaletrain.init`, `run.*`),
+exactly as a user's own loop would be."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import __version__
+from ..api import init
+from ..workloads import get_workload
+from .config import TrainConfig
+from .report import Reporter
+
+
+def train(config: TrainConfig, out: Path) -> dict:
+    """Trains in this process, as one rank of whatever job the environment describes."""
+    started = time.perf_counter()
+    workload = get_workload(config.workload, config.model, config.dataset)
+    epochs = config.epochs or workload.epochs
+    lr = config.lr if config.lr is not None else workload.lr
+    with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
+              seed=config.seed, **config.strategy_options) as run:
+        train_set, held_out = workload.build_datasets(config.seed)
+        model = workload.build_model()
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        model, optimizer = run.setup(model, optimizer)
+        loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
+        reporter = Reporter(run.is_main, out)
+        global_batch = config.batch_size * run.data_parallel_size
+        reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
+                     f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
+
+        train_seconds, trained_samples, first_step_at, record = 0.0, 0.0, None, {}
+        for epoch in range(1, epochs + 1):
+            loss_sum = torch.zeros((), device=run.device)
+            steps = samples = 0
+            epoch_start = time.perf_counter()
+            with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
+                for inputs, targets in loader:
+                    # The loss stays a tensor: no host synchronisation (.item()) per step.
+                    loss_sum += run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
+                    first_step_at = first_step_at or time.perf_counter()
+                    steps += 1
+                    samples += len(targets)
+                    advance()
+            seconds = time.perf_counter() - epoch_start
+            epoch_samples = run.sum(float(samples)) * run.data_parallel_size / run.world_size
+            train_seconds += seconds
+            trained_samples += epoch_samples
+            evaluation = run.evaluate(model, held_out, batch_size=config.eval_batch_size)
+            record = {"epoch": epoch, "epochs": epochs, "step": epoch * steps,
+                      "train_loss": run.mean(loss_sum / max(steps, 1)).item(),
+                      "eval_loss": evaluation["loss"], "eval_accuracy": evaluation["accuracy"],
+                      "eval_samples": evaluation["count"], "samples_per_second": epoch_samples / seconds,
+                      "epoch_seconds": seconds}
+            reporter.epoch(record)
+
+        summary = {
+            **run.describe(),
+            "workload": workload.name,
+            "epochs": epochs,
+            "batch_size_per_process": config.batch_size,
+            "global_batch_size": global_batch,
+            "lr": lr,
+            "seed": config.seed,
+            "final_accuracy": record["eval_accuracy"],
+            "final_loss": record["eval_loss"],
+            "final_train_loss": record["train_loss"],
+            "eval_samples": record["eval_samples"],
+            "train_samples": len(train_set),
+            "samples_per_second": trained_samples / train_seconds,
+            "train_seconds": train_seconds,
+            "startup_seconds": (first_step_at or started) - started,
+            "wall_seconds": time.perf_counter() - started,
+            "torch_version": torch.__version__,
+            "scaletrain_version": __version__,
+        }
+        reporter.finish(summary)
+        return summary

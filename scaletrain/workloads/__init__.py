@@ -1,0 +1,48 @@
+"""Built-in workloads (model + data + defaults) and users' own, behind one `Workload` value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from torch import nn
+from torch.utils.data import Dataset
+
+from ..errors import UsageError
+from .digits import digits_datasets
+from .factories import build_user_datasets, build_user_model
+from .models import cifar_cnn, digits_cnn, digits_mlp
+from .synthetic import synthetic_images
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    build_model: Callable[[], nn.Module]
+    build_datasets: Callable[[int], tuple[Dataset, Dataset]]  # seed -> (train, held_out)
+    lr: float = 1e-3
+    epochs: int = 10
+
+
+BUILTIN: dict[str, Workload] = {w.name: w for w in (
+    Workload("digits-cnn", "small CNN on scikit-learn's handwritten digits (real data)", digits_cnn, digits_datasets,
+             lr=2e-3, epochs=8),
+    Workload("digits-mlp", "MLP on scikit-learn's handwritten digits (real data)", digits_mlp, digits_datasets,
+             lr=1e-3, epochs=10),
+    Workload("synthetic-cnn", "the 32×32 colour-image CNN on synthetic images (speed work)", cifar_cnn,
+             synthetic_images, lr=1e-3, epochs=2),
+)}
+
+
+def get_workload(name: str, model: Optional[str] = None, dataset: Optional[str] = None) -> Workload:
+    """A built-in workload, with its model and/or dataset replaced by the user's factories."""
+    if name not in BUILTIN:
+        raise UsageError(f"unknown workload {name!r}; choose one of: {', '.join(BUILTIN)} (--workload)")
+    base = BUILTIN[name]
+    if model is None and dataset is None:
+        return base
+    build_model = (lambda: build_user_model(model)) if model else base.build_model
+    build_datasets = (lambda seed: build_user_datasets(dataset, seed)) if dataset else base.build_datasets
+    label = " + ".join(filter(None, [model and f"model {model}", dataset and f"dataset {dataset}"]))
+    return Workload(f"{name} ({label})", base.description, build_model, build_datasets, base.lr, base.epochs)
