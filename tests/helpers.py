@@ -30,6 +30,9 @@ def test_env(**extra: str) -> dict:
     return env
 
 
+test_env.__test__ = False  # a helper, not a test, even when imported into a test module
+
+
 def run(argv: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None,
         check: bool = False) -> subprocess.CompletedProcess:
     """Runs argv in its own session; on timeout kills the whole session (every process it

@@ -57,7 +57,7 @@ class Reporter:
         write_json_atomic(self.out / SUMMARY_FILE, summary)
         table = Table(title="scaletrain summary", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
-        table.add_column("value")
+        table.add_column("value", overflow="fold")
         rows = [
             ("strategy", summary["strategy"]),
             ("world size", f"{summary['world_size']} ({summary['nnodes']} node(s) × {summary['nproc_per_node']} "
