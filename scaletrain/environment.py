@@ -170,45 +170,43 @@ def _torchrun(env: Mapping[str, str]) -> Optional[DistEnv]:
     return _make(r, launcher, rank, local_rank, world, local_world, node_rank, nnodes, addr, port, notes)
 
 
-def _ompi(env: Mapping[str, str]) -> Optional[DistEnv]:
-    r = _Reader(env)
-    if not r.has("OMPI_COMM_WORLD_RANK"):
-        return None
-    rank = r.int("rank", "OMPI_COMM_WORLD_RANK")
-    world = r.int("world_size", "OMPI_COMM_WORLD_SIZE", minimum=1)
-    local_rank = r.int("local_rank", "OMPI_COMM_WORLD_LOCAL_RANK", default=rank)
-    local_world = r.int("local_world_size", "OMPI_COMM_WORLD_LOCAL_SIZE", default=world, minimum=1)
-    # Open MPI has no node index variable (OMPI_COMM_WORLD_NODE_RANK is a per-node rank);
-    # mpirun's default by-slot mapping fills one node before the next, so rank // local size.
-    node_rank = r.derived("node_rank", rank // local_world, "OMPI_COMM_WORLD_RANK // OMPI_COMM_WORLD_LOCAL_SIZE")
-    nnodes = r.derived("nnodes", max(1, -(-world // local_world)), "OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_SIZE")
-    one_node = world == local_world
-    addr, port = r.master(DEFAULT_MASTER_ADDR if one_node else None, DEFAULT_MASTER_PORT)
-    if not addr:
-        raise DetectionError(
-            f"mpirun started {world} ranks on {nnodes} nodes but MASTER_ADDR is not set; "
-            "add -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 to mpirun, or use `scaletrain launch --launcher mpirun`"
-        )
-    return _make(r, "mpirun", rank, local_rank, world, local_world, node_rank, nnodes, addr, port, [])
+@dataclass(frozen=True)
+class _MpiVariables:
+    """The variables one MPI family sets for each rank, and how to pass it a master address."""
+
+    launcher: str
+    rank: str
+    size: str
+    local_rank: str
+    local_size: str
+    master_fix: str
 
 
-def _pmi(env: Mapping[str, str]) -> Optional[DistEnv]:
+OPEN_MPI = _MpiVariables("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                         "add -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 to mpirun, "
+                         "or use `scaletrain launch --launcher mpirun`")
+OTHER_MPI = _MpiVariables("mpi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                          "pass MASTER_ADDR=<first host> and MASTER_PORT to every rank (mpiexec -genv MASTER_ADDR ...)")
+
+
+def _mpi(names: _MpiVariables, env: Mapping[str, str]) -> Optional[DistEnv]:
     r = _Reader(env)
-    if not r.has("PMI_RANK", "PMI_SIZE"):
+    if not r.has(names.rank, names.size):
         return None
-    rank = r.int("rank", "PMI_RANK")
-    world = r.int("world_size", "PMI_SIZE", minimum=1)
-    local_rank = r.int("local_rank", "MPI_LOCALRANKID", default=rank)
-    local_world = r.int("local_world_size", "MPI_LOCALNRANKS", default=world, minimum=1)
-    node_rank = r.derived("node_rank", rank // local_world, "PMI_RANK // MPI_LOCALNRANKS")
-    nnodes = r.derived("nnodes", max(1, -(-world // local_world)), "PMI_SIZE / MPI_LOCALNRANKS")
+    rank = r.int("rank", names.rank)
+    world = r.int("world_size", names.size, minimum=1)
+    local_rank = r.int("local_rank", names.local_rank, default=rank)
+    local_world = r.int("local_world_size", names.local_size, default=world, minimum=1)
+    # MPI gives no node index (OMPI_COMM_WORLD_NODE_RANK is a per-node rank); the default
+    # by-slot mapping fills one node before the next, so the node is rank // local size.
+    node_rank = r.derived("node_rank", rank // local_world, f"{names.rank} // {names.local_size}")
+    nnodes = r.derived("nnodes", max(1, -(-world // local_world)), f"{names.size} / {names.local_size}")
     addr, port = r.master(DEFAULT_MASTER_ADDR if world == local_world else None, DEFAULT_MASTER_PORT)
     if not addr:
-        raise DetectionError(
-            f"the MPI launcher started {world} ranks on several nodes but MASTER_ADDR is not set; "
-            "pass MASTER_ADDR=<first host> and MASTER_PORT to every rank (mpiexec -genv MASTER_ADDR ...)"
-        )
-    return _make(r, "mpi", rank, local_rank, world, local_world, node_rank, nnodes, addr, port, [])
+        raise DetectionError(f"{names.launcher} started {world} ranks on {nnodes} nodes but MASTER_ADDR is not set; "
+                             f"{names.master_fix}")
+    return _make(r, names.launcher, rank, local_rank, world, local_world, node_rank, nnodes, addr, port, [])
 
 
 def _slurm(env: Mapping[str, str]) -> Optional[DistEnv]:
@@ -286,8 +284,8 @@ def _none(env: Mapping[str, str]) -> DistEnv:
 # The order matters; see the module docstring for why.
 DETECTORS: tuple[tuple[str, Callable[[Mapping[str, str]], Optional[DistEnv]]], ...] = (
     ("torchrun", _torchrun),
-    ("mpirun", _ompi),
-    ("mpi", _pmi),
+    ("mpirun", lambda env: _mpi(OPEN_MPI, env)),
+    ("mpi", lambda env: _mpi(OTHER_MPI, env)),
     ("slurm", _slurm),
 )
 

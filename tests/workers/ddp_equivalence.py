@@ -10,7 +10,7 @@ from torch.utils.data import TensorDataset
 import scaletrain
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from reference import GLOBAL_BATCH, STEPS, global_batches, tiny_model  # noqa: E402
+from reference import GLOBAL_BATCH, global_batches, tiny_model  # noqa: E402
 
 out = sys.argv[1]
 with scaletrain.init(strategy="ddp", seed=0) as run:
