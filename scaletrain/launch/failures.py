@@ -29,7 +29,7 @@ def _claim_first(error_dir: Path) -> bool:
 def user_traceback(exc: BaseException, skip_files: tuple = ()) -> str:
     """The traceback without the frames of the machinery that ran the user's code."""
     tb = exc.__traceback__
-    while tb is not None and (tb.tb_frame.f_code.co_filename.endswith(skip_files)):
+    while tb is not None and tb.tb_frame.f_code.co_filename.endswith((*skip_files, "<frozen runpy>")):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
