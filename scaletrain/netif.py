@@ -123,7 +123,7 @@ def hostname_note(hostname: Optional[str] = None) -> Optional[str]:
         return f"the hostname {hostname!r} does not resolve; peers cannot find this host by name"
     if ipaddress.ip_address(ip).is_loopback:
         return (f"the hostname {hostname!r} resolves to {ip} (loopback): peers on other hosts cannot reach "
-                f"that, so the interface must be named (done below for a remote master)")
+                f"that, so the interface must be named (scaletrain names it when the master is on another host)")
     return None
 
 

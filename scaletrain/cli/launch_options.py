@@ -60,6 +60,8 @@ def launch_requested(args: argparse.Namespace) -> bool:
 def strip_launch_args(argv: list[str], also: tuple = ()) -> list[str]:
     """argv without the launch options (the ranks must not launch again) nor the value
     options named in `also`."""
+    if not _VALUE_OPTIONS:  # the option names are recorded when the options are defined
+        add_launch_arguments(argparse.ArgumentParser())
     values = _VALUE_OPTIONS | set(also)
     out, skip = [], False
     for token in argv:
@@ -76,7 +78,7 @@ def strip_launch_args(argv: list[str], also: tuple = ()) -> list[str]:
     return out
 
 
-def launch_request(args: argparse.Namespace, target: Target, nproc: Optional[int] = None) -> LaunchRequest:
+def launch_request(args: argparse.Namespace, target: Target, nproc: int = 1) -> LaunchRequest:
     """The request the options describe (`nproc`: the command's default processes per node)."""
     hosts, hostfile = (), None
     if args.hostfile and args.hosts:
@@ -90,7 +92,7 @@ def launch_request(args: argparse.Namespace, target: Target, nproc: Optional[int
     launcher = "srun" if args.sbatch and args.launcher == "auto" else args.launcher
     if args.sbatch and launcher != "srun":
         raise UsageError(f"--sbatch writes a Slurm batch script; use it with --launcher srun, not {launcher}")
-    return LaunchRequest(target, launcher=launcher, nproc_per_node=args.nproc_per_node or nproc,
+    return LaunchRequest(target, launcher=launcher, nproc_per_node=args.nproc_per_node, default_nproc=nproc,
                          nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
                          master_port=args.master_port, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                          hosts=hosts, hostfile=hostfile, sbatch=args.sbatch,

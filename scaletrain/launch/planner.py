@@ -45,12 +45,14 @@ def _mpirun_hosts(req: LaunchRequest) -> tuple[int, int]:
         if (req.nnodes or 1) > 1:
             raise UsageError(f"--launcher mpirun with --nnodes {req.nnodes} needs the hosts: "
                              "give --hostfile FILE (lines 'host slots=N') or --hosts a:N,b:N")
-        return 1, req.nproc_per_node or 1
+        return 1, req.nproc_per_node or req.default_nproc
     if req.nnodes and req.nnodes != len(req.hosts):
         raise UsageError(f"--nnodes {req.nnodes} but {source} lists {len(req.hosts)} host(s); drop --nnodes")
     if req.nproc_per_node:
         return len(req.hosts), req.nproc_per_node
     slots = {s for _, s in req.hosts}
+    if slots == {None} and not req.hostfile:
+        return len(req.hosts), req.default_nproc  # --hosts a,b: like Open MPI, one slot each unless told
     if slots == {None} or slots == {0} or (0 in slots and None in slots):
         raise UsageError(f"{source} gives no slots; write 'host slots=N' (hostfile) or host:N, "
                          "or pass --nproc-per-node N")
@@ -74,11 +76,11 @@ def resolve(req: LaunchRequest) -> LaunchRequest:
     if launcher == "srun":
         nodes, per_node = _slurm_counts(req) if req.in_slurm_allocation else (None, None)
         return replace(req, launcher=launcher, nnodes=req.nnodes or nodes or 1,
-                       nproc_per_node=req.nproc_per_node or per_node or 1)
+                       nproc_per_node=req.nproc_per_node or per_node or req.default_nproc)
     if req.hosts:
         raise UsageError(f"--hostfile/--hosts are for --launcher mpirun, not {launcher}; "
                          "use --launcher mpirun (or auto)")
-    nnodes, nproc = req.nnodes or 1, req.nproc_per_node or 1
+    nnodes, nproc = req.nnodes or 1, req.nproc_per_node or req.default_nproc
     if not 0 <= req.node_rank < nnodes:
         raise UsageError(f"--node-rank {req.node_rank} must be below --nnodes {nnodes}; number nodes 0..{nnodes - 1}")
     if launcher == "spawn":

@@ -21,6 +21,7 @@ class LaunchRequest:
     target: Target
     launcher: str = "auto"
     nproc_per_node: Optional[int] = None
+    default_nproc: int = 1            # the command's default when neither flag nor hostfile says
     nnodes: Optional[int] = None
     node_rank: int = 0
     master_addr: Optional[str] = None
