@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from .failures import read_records, report
 from .plan import ERROR_DIR_VAR, Command, Plan
@@ -25,6 +26,42 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> set[tuple[int, str]]:
+    """Every live process below `pid` as (pid, start time), whatever its session: torchrun
+    starts each worker in a session of its own, so killing our process group misses them."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[19]))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child[0])
+    return found
+
+
+def _kill_all(processes: set[tuple[int, str]]) -> None:
+    """SIGKILL those still alive; the start time guards against a reused pid."""
+    for pid, started in processes:
+        if _start_time(pid) == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def stop_group(pgid: int, grace: float = STOP_GRACE_S) -> None:
@@ -59,12 +96,20 @@ def run_command(command: Command, error_dir: str) -> int:
             pass
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    below: set[tuple[int, str]] = set()
     try:
-        code = proc.wait()
+        while True:
+            try:
+                code = proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                below.update(descendants(proc.pid))  # remembered: orphans lose their parent link
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        below.update(descendants(proc.pid))
         stop_group(proc.pid)  # ranks or daemons that outlived the launcher go too
+        _kill_all(below)
     return 128 - code if code < 0 else code
 
 
