@@ -32,9 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     env = detect(os.environ)
-    if env.launched:
+    # One exception: srun starting one `scaletrain launch --launcher torchrun` per node.
+    if env.launched and not (env.launcher == "slurm" and args.launcher == "torchrun"):
         raise UsageError(f"already running as rank {env.rank} of {env.world_size} under {env.launcher}; "
-                         "run `scaletrain launch` from a shell, not from inside a launched job")
+                         "run `scaletrain launch` from a shell, not from inside a launched job "
+                         "(inside an srun task per node, use --launcher torchrun)")
     if args.module:
         target = Target(module=args.script, args=tuple(args.args))
     else:

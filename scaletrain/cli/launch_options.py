@@ -33,8 +33,9 @@ def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -
     _add(g, "--nproc-per-node", "--nproc_per_node", type=positive_int, default=None, metavar="N",
          help=f"processes on each node (default: {nproc_default})")
     _add(g, "--nnodes", type=positive_int, default=None, metavar="M", help="number of nodes (default 1)")
-    _add(g, "--node-rank", "--node_rank", type=int, default=0, metavar="R",
-         help="this node's number, 0..M-1 (torchrun without --rdzv-endpoint)")
+    _add(g, "--node-rank", "--node_rank", type=int, default=None, metavar="R",
+         help="this node's number, 0..M-1 (torchrun without --rdzv-endpoint; default 0, or SLURM_NODEID "
+              "inside an srun task)")
     _add(g, "--master-addr", "--master_addr", metavar="HOST",
          help="node 0's address, reachable from every node (default 127.0.0.1; mpirun: the first host)")
     _add(g, "--master-port", "--master_port", type=positive_int, metavar="PORT",

@@ -89,12 +89,12 @@ def run(args: argparse.Namespace) -> int:
     validate(config, nproc)
     out = args.out or default_out(config.strategy, nproc)
     # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it.
-    out = check_out(out) if args.node_rank == 0 else Path(out).absolute()
+    out = check_out(out) if not args.node_rank else Path(out).absolute()
     if nproc == 1 and not launch_requested(args):
         create_out(out)
         train(config, out)
         return 0
     target = Target(module="scaletrain", args=("train", *strip_launch_args(args.argv[1:], also=("--out",)),
                                                "--out", str(out)))
-    prepare = (lambda: create_out(out)) if args.node_rank == 0 else None
+    prepare = (lambda: create_out(out)) if not args.node_rank else None
     return plan_and_run(launch_request(args, target, nproc), args.dry_run, prepare)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Optional
 
 from .. import netif
+from ..environment import detect
 from ..errors import UsageError
 from .builders import BUILDERS
 from .plan import Plan
@@ -62,6 +63,16 @@ def _mpirun_hosts(req: LaunchRequest) -> tuple[int, int]:
     return len(req.hosts), slots.pop()
 
 
+def _torchrun_in_slurm_task(req: LaunchRequest) -> LaunchRequest:
+    """`srun` started one torchrun per node: nodes, node rank and master come from Slurm."""
+    if not (req.environ.get("SLURM_PROCID") and req.environ.get("SLURM_STEP_ID")) or req.rdzv_endpoint:
+        return req
+    task = detect(req.environ)
+    return replace(req, nnodes=req.nnodes or task.nnodes,
+                   node_rank=task.node_rank if req.node_rank is None else req.node_rank,
+                   master_addr=req.master_addr or task.master_addr, master_port=req.master_port or task.master_port)
+
+
 def resolve(req: LaunchRequest) -> LaunchRequest:
     """Every field the builder needs, filled in. Picks a free port where one host is involved."""
     launcher = pick_launcher(req)
@@ -77,10 +88,13 @@ def resolve(req: LaunchRequest) -> LaunchRequest:
         nodes, per_node = _slurm_counts(req) if req.in_slurm_allocation else (None, None)
         return replace(req, launcher=launcher, nnodes=req.nnodes or nodes or 1,
                        nproc_per_node=req.nproc_per_node or per_node or req.default_nproc)
+    if launcher == "torchrun":
+        req = _torchrun_in_slurm_task(req)
     if req.hosts:
         raise UsageError(f"--hostfile/--hosts are for --launcher mpirun, not {launcher}; "
                          "use --launcher mpirun (or auto)")
     nnodes, nproc = req.nnodes or 1, req.nproc_per_node or req.default_nproc
+    req = replace(req, node_rank=req.node_rank or 0)
     if not 0 <= req.node_rank < nnodes:
         raise UsageError(f"--node-rank {req.node_rank} must be below --nnodes {nnodes}; number nodes 0..{nnodes - 1}")
     if launcher == "spawn":

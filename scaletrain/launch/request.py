@@ -23,7 +23,7 @@ class LaunchRequest:
     nproc_per_node: Optional[int] = None
     default_nproc: int = 1            # the command's default when neither flag nor hostfile says
     nnodes: Optional[int] = None
-    node_rank: int = 0
+    node_rank: Optional[int] = None
     master_addr: Optional[str] = None
     master_port: Optional[int] = None
     rdzv_endpoint: Optional[str] = None
