@@ -70,7 +70,7 @@ class Plan:
             for key, value in sorted(command.env.items()):
                 lines.append(f"  env  {key}={shlex.quote(str(value))}")
             lines.append(f"  argv {shlex.join(command.argv)}")
-        if not self.in_process:
+        if not self.in_process and any(c.runs_here for c in self.commands):
             lines.append(f"each rank also gets {ERROR_DIR_VAR}=<a new temporary folder> for its traceback")
         for note in self.notes:
             lines.append(f"note: {note}")

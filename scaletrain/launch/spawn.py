@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from typing import Optional
 
 import torch.multiprocessing as mp
@@ -76,7 +75,3 @@ def run_script(script: str, *args: str, nproc: int = 2, module: Optional[str] = 
 def spawn(argv: list[str], nproc: int) -> int:
     """Runs `scaletrain <argv>` as `nproc` local ranks; returns the job's exit status."""
     return run_script("", *argv, nproc=nproc, module="scaletrain")
-
-
-def new_error_dir() -> str:
-    return tempfile.mkdtemp(prefix="scaletrain-errors-")
