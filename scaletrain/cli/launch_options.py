@@ -30,19 +30,19 @@ def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -
          help="how processes start: spawn (this machine, from Python), torchrun, mpirun (Open MPI), srun (Slurm); "
               "auto: srun inside a Slurm allocation, mpirun with --hostfile/--hosts, torchrun for --nnodes > 1, "
               "else spawn")
-    _add(g, "--nproc-per-node", "--nproc_per_node", type=positive_int, default=None, metavar="N",
+    _add(g, "--nproc-per-node", type=positive_int, default=None, metavar="N",
          help=f"processes on each node (default: {nproc_default})")
     _add(g, "--nnodes", type=positive_int, default=None, metavar="M", help="number of nodes (default 1)")
-    _add(g, "--node-rank", "--node_rank", type=int, default=None, metavar="R",
+    _add(g, "--node-rank", type=int, default=None, metavar="R",
          help="this node's number, 0..M-1 (torchrun without --rdzv-endpoint; default 0, or SLURM_NODEID "
               "inside an srun task)")
-    _add(g, "--master-addr", "--master_addr", metavar="HOST",
+    _add(g, "--master-addr", metavar="HOST",
          help="node 0's address, reachable from every node (default 127.0.0.1; mpirun: the first host)")
-    _add(g, "--master-port", "--master_port", type=positive_int, metavar="PORT",
+    _add(g, "--master-port", type=positive_int, metavar="PORT",
          help="node 0's rendezvous port (default: a free port on one node, 29500 on several)")
-    _add(g, "--rdzv-endpoint", "--rdzv_endpoint", metavar="HOST:PORT",
+    _add(g, "--rdzv-endpoint", metavar="HOST:PORT",
          help="torchrun's c10d rendezvous instead of --master-addr/--node-rank: nodes number themselves")
-    _add(g, "--rdzv-id", "--rdzv_id", default="scaletrain", metavar="ID", help="rendezvous id, the same on every node")
+    _add(g, "--rdzv-id", default="scaletrain", metavar="ID", help="rendezvous id, the same on every node")
     _add(g, "--hostfile", metavar="FILE", help="mpirun: Open MPI hostfile, lines 'host slots=N'")
     _add(g, "--hosts", metavar="A:N,B:N", help="mpirun: hosts and slots, like Open MPI's --host")
     _add(g, "--sbatch", type=Path, metavar="FILE", help="srun: write a ready Slurm batch script to FILE and exit")
