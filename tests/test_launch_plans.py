@@ -50,6 +50,13 @@ def test_torchrun_static_plan():
     assert command.env == {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1"}
 
 
+def test_torchrun_one_node_is_standalone():
+    req = resolve(request(launcher="torchrun", nproc_per_node=2))
+    assert list(build_plan(req).commands[0].argv) == [
+        PY, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--standalone",
+        "-m", "scaletrain.launch.rank", "train.py", "--lr", "0.1"]
+
+
 def test_torchrun_c10d_plan_names_local_address_and_host():
     host_side = netif.choose("10.0.0.2", {}, interfaces=[ETH], route=lambda ip: ip, resolver=lambda h: h)
     plan = build_plan(request(launcher="torchrun", nproc_per_node=1, nnodes=2, rdzv_endpoint="10.0.0.2:29400"),

@@ -43,6 +43,9 @@ def torchrun_plan(req: LaunchRequest, network: Optional[Choice] = None) -> Plan:
         where = f"this node (the rendezvous at {host}:{port} numbers the nodes)"
         if req.nnodes > 1:
             notes.append(f"run the same command on each of the {req.nnodes} nodes")
+    elif req.master_addr is None:
+        argv.append("--standalone")  # one node: a local rendezvous on a port torchrun picks
+        where = "this node"
     else:
         argv += ["--node-rank", str(req.node_rank), "--master-addr", req.master_addr,
                  "--master-port", str(req.master_port)]

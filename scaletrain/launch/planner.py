@@ -110,9 +110,12 @@ def resolve(req: LaunchRequest) -> LaunchRequest:
     if nnodes > 1 and not req.master_addr:
         raise UsageError(f"--nnodes {nnodes} needs --master-addr (node 0's address, the same on every node) "
                          "or --rdzv-endpoint host:port")
-    port = req.master_port or (DEFAULT_PORT if nnodes > 1 else free_port())
+    if nnodes == 1 and not req.master_port and not req.master_addr:
+        # One node, no address asked for: torchrun --standalone binds a free port itself,
+        # leaving no gap in which another program could take a port chosen here.
+        return replace(req, launcher=launcher, nnodes=1, nproc_per_node=nproc)
     return replace(req, launcher=launcher, nnodes=nnodes, nproc_per_node=nproc,
-                   master_addr=req.master_addr or "127.0.0.1", master_port=port)
+                   master_addr=req.master_addr or "127.0.0.1", master_port=req.master_port or DEFAULT_PORT)
 
 
 def rendezvous_host(req: LaunchRequest) -> Optional[str]:

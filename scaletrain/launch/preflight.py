@@ -95,6 +95,8 @@ def check(req: LaunchRequest) -> None:
         return
     host = rendezvous_host(req)
     port = split_endpoint(req.rdzv_endpoint)[1] if req.rdzv_endpoint else req.master_port
+    if host is None:  # torchrun --standalone: it picks its own port
+        return
     if serves_rendezvous(req, host):
         check_port_free(req, host, port)
     elif req.launcher == "torchrun":
