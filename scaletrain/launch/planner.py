@@ -13,6 +13,7 @@ from ..errors import UsageError
 from .builders import BUILDERS
 from .plan import Plan
 from .ports import free_port
+from .spawn import PORT_AT_START
 from .request import DEFAULT_PORT, LaunchRequest, split_endpoint
 
 
@@ -102,7 +103,7 @@ def resolve(req: LaunchRequest) -> LaunchRequest:
             raise UsageError("spawn starts processes on this machine only; for several nodes use --launcher torchrun "
                              "(run on each node) or --launcher mpirun --hostfile FILE")
         return replace(req, launcher=launcher, nnodes=1, nproc_per_node=nproc,
-                       master_addr=req.master_addr or "127.0.0.1", master_port=req.master_port or free_port())
+                       master_addr=req.master_addr or "127.0.0.1", master_port=req.master_port or PORT_AT_START)
     # torchrun
     if req.rdzv_endpoint:
         split_endpoint(req.rdzv_endpoint)  # a malformed endpoint fails here, in one line

@@ -14,6 +14,7 @@ from ..errors import UsageError
 from .planner import rendezvous_host
 from .ports import free_port
 from .request import LaunchRequest, split_endpoint
+from .spawn import PORT_AT_START
 
 INSTALL_HINT = {"mpirun": "apt-get install openmpi-bin", "srun": "apt-get install slurm-wlm"}
 UNREACHABLE = (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL)
@@ -95,7 +96,7 @@ def check(req: LaunchRequest) -> None:
         return
     host = rendezvous_host(req)
     port = split_endpoint(req.rdzv_endpoint)[1] if req.rdzv_endpoint else req.master_port
-    if host is None:  # torchrun --standalone: it picks its own port
+    if host is None or port == PORT_AT_START:  # the port is picked as it is bound
         return
     if serves_rendezvous(req, host):
         check_port_free(req, host, port)

@@ -14,7 +14,11 @@ import torch.multiprocessing as mp
 from .plan import ERROR_DIR_VAR, Plan, Target
 
 
-def spawn_environments(nproc: int, master_port: int, master_addr: str = "127.0.0.1") -> list[dict[str, str]]:
+# Shown by --dry-run; the spawn executor binds the port when the job starts.
+PORT_AT_START = "<a free port, bound when the job starts>"
+
+
+def spawn_environments(nproc: int, master_port, master_addr: str = "127.0.0.1") -> list[dict[str, str]]:
     """The variables of each local rank: torch's env:// convention, one node."""
     return [{
         "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
@@ -33,10 +37,24 @@ def _child(index: int, environments: list[dict[str, str]], target: Target, error
         sys.exit(code)
 
 
+def _store_for_children(environments: list[dict[str, str]]):
+    """When no port was asked for, this process hosts the rendezvous store itself on a port
+    the OS picks as it binds (no gap in which another program could take it), and the
+    ranks join it as clients, as torchrun's workers join their agent's store."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore(environments[0]["MASTER_ADDR"], 0, len(environments), is_master=True,
+                     wait_for_workers=False, use_libuv=True)
+    for env in environments:
+        env.update(MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
+    return store
+
+
 def run_in_children(plan: Plan, error_dir: str) -> int:
     """Runs the plan's ranks as children of this process; returns the job's exit status.
     When one fails, torch.multiprocessing stops the others."""
     environments = [dict(command.env) for command in plan.commands]
+    store = _store_for_children(environments) if environments[0]["MASTER_PORT"] == PORT_AT_START else None
     context = mp.start_processes(_child, args=(environments, plan.target, error_dir), nprocs=len(environments),
                                  join=False, start_method="spawn")
     try:
@@ -49,6 +67,7 @@ def run_in_children(plan: Plan, error_dir: str) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
+        del store  # closes the rendezvous once every rank is done with it
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
