@@ -5,6 +5,7 @@ mistakes that used to hang, each failing in one line within 60 seconds."""
 import json
 import shutil
 import socket
+import sys
 import time
 
 import pytest
@@ -95,3 +96,12 @@ def test_sbatch_writes_a_batch_script(tmp_path):
     assert result.returncode == 0, result.stderr
     text = path.read_text()
     assert text.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in text and "srun --nodes 2" in text
+
+
+def test_spawn_from_python_like_a_notebook(tmp_path):
+    out = tmp_path / "summary.json"
+    code = ("import sys; from scaletrain.launch.spawn import run_script; "
+            f"sys.exit(run_script({str(EXAMPLE)!r}, '--steps', '2', '--out', {str(out)!r}, nproc=2))")
+    result, left = run_session([sys.executable, "-c", code], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["world_size"] == 2 and not left
