@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from . import netif
 from .environment import DistEnv
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -27,6 +29,7 @@ def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout
         # One process and no launcher: an in-memory store needs no port and cannot clash.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kwargs)
         return True
+    netif.apply(env.master_addr, os.environ)  # the interface that reaches the master, unless the user named one
     host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
     dist.init_process_group(backend, init_method=f"tcp://{host}:{env.master_port}", rank=env.rank,
                             world_size=env.world_size, timeout=timeout, **kwargs)

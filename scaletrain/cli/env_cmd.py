@@ -36,7 +36,22 @@ def gather() -> dict:
         "default_backend": "nccl" if cuda else "gloo",
         "devices": {"cpu_cores": cpu_cores(), "cuda": cuda},
         "threads_per_process": threads_per_process(env.local_world_size),
+        "network": network_facts(env.master_addr),
     }
+
+
+def network_facts(master_addr: str) -> dict:
+    """Which interface reaches the master, and why (what `scaletrain launch` would set)."""
+    from .. import netif
+    from ..errors import UsageError
+
+    try:
+        facts = netif.choose(master_addr, os.environ).as_dict()
+    except UsageError as exc:
+        facts = {"master_addr": master_addr, "error": str(exc), "reasons": [str(exc)]}
+    facts["interfaces"] = [f"{i.name} {i.address}/{i.prefixlen}" for i in netif.local_interfaces()]
+    facts["hostname_note"] = netif.hostname_note()
+    return facts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
     devices = facts["devices"]
     print(f"devices: {devices['cpu_cores']} CPU core(s); "
           f"{len(devices['cuda'])} CUDA device(s){': ' + ', '.join(devices['cuda']) if devices['cuda'] else ''}")
+    net = facts["network"]
+    print(f"network: interfaces {', '.join(net['interfaces']) or 'none'}")
+    for reason in net["reasons"]:
+        print(f"  {reason}")
+    if net["hostname_note"]:
+        print(f"  note: {net['hostname_note']}")
     local = facts["environment"]["local_world_size"]
     print(f"threads per process: {facts['threads_per_process']} ({devices['cpu_cores']} core(s) ÷ {local} "
           f"local process(es))")

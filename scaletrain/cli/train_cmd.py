@@ -17,6 +17,7 @@ from ..environment import detect
 from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
+from .launch_options import add_launch_arguments, launch_request, launch_requested, plan_and_run, strip_launch_args
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
 
@@ -27,8 +28,6 @@ HELP = "train a model (the built-in digits CNN by default) with a strategy on N 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", default="ddp", choices=strategy_names(), metavar="NAME",
                    help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}")
-    p.add_argument("--nproc-per-node", type=positive_int, default=None, metavar="N",
-                   help="processes on this machine (default: one per GPU, else one per CPU core; 1 for one-process strategies)")
     p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
                    help="built-in workload: " + "; ".join(f"{w.name}: {w.description}" for w in BUILTIN.values()))
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
@@ -44,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
+    add_launch_arguments(p, "one per GPU, else one per CPU core; 1 for one-process strategies")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -74,7 +74,7 @@ def validate(config: TrainConfig, nproc: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..launch.spawn import spawn
+    from ..launch.plan import Target
     from ..train.loop import train
 
     env = detect(os.environ)
@@ -87,9 +87,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     nproc = args.nproc_per_node or default_nproc(config.strategy)
     validate(config, nproc)
-    out = check_out(args.out or default_out(config.strategy, nproc))
-    create_out(out)
-    if nproc == 1:
+    out = args.out or default_out(config.strategy, nproc)
+    # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it.
+    out = check_out(out) if not args.node_rank else Path(out).absolute()
+    if nproc == 1 and not launch_requested(args):
+        create_out(out)
         train(config, out)
         return 0
-    return spawn([*args.argv, "--out", str(out)], nproc)
+    target = Target(module="scaletrain", args=("train", *strip_launch_args(args.argv[1:], also=("--out",)),
+                                               "--out", str(out)))
+    prepare = (lambda: create_out(out)) if not args.node_rank else None
+    return plan_and_run(launch_request(args, target, nproc), args.dry_run, prepare)

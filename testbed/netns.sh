@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# testbed/netns.sh - two fake "hosts" on this one machine, for multi-node tests.
+#
+# Creates two network namespaces, st-node0 and st-node1, joined by a veth pair.
+# Inside EACH namespace the veth end is called "stnet0", so a single
+# GLOO_SOCKET_IFNAME=stnet0 works on both sides:
+#
+#     st-node0: stnet0 = 10.77.0.1/24      st-node1: stnet0 = 10.77.0.2/24
+#
+# 10.77.0.0/24 exists only on this veth pair: there is no route out of the
+# namespaces, so test traffic can never leave the machine.
+#
+# Usage (as root):
+#   testbed/netns.sh up               # (re)create both namespaces; idempotent
+#   testbed/netns.sh down             # kill everything inside them, delete them
+#                                     # (and /tmp/scaletrain-testbed, see mpi-ssh-agent)
+#   testbed/netns.sh status           # show namespaces, addresses, link state; rc 1 if not up
+#   testbed/netns.sh exec NODE cmd... # run cmd inside NODE's namespace
+#                                     # NODE: st-node0|node0|0|10.77.0.1 or st-node1|node1|1|10.77.0.2
+#   testbed/netns.sh link-down        # set node1's stnet0 down (simulate a cut cable)
+#   testbed/netns.sh link-up          # set it up again
+#
+# Note: inside a namespace the machine's hostname still resolves to 127.0.x.x
+# (via /etc/hosts), so distributed code must be told which interface/address to
+# use: GLOO_SOCKET_IFNAME=stnet0, MASTER_ADDR=10.77.0.1 (see testbed/README.md).
+set -euo pipefail
+
+NS0=st-node0
+NS1=st-node1
+IFNAME=stnet0            # interface name inside both namespaces
+ADDR0=10.77.0.1
+ADDR1=10.77.0.2
+PREFIX=24
+# Temporary names used in the root namespace while creating the pair
+# (must be unique there; renamed to $IFNAME once moved into a namespace).
+TMP0=st-veth0
+TMP1=st-veth1
+
+die() { echo "netns.sh: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "must be run as root"
+command -v ip >/dev/null || die "'ip' not found (apt-get install iproute2)"
+
+ns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
+
+# Map a node spec to its namespace name.
+ns_of() {
+    case "$1" in
+        st-node0|node0|0|"$ADDR0") echo "$NS0" ;;
+        st-node1|node1|1|"$ADDR1") echo "$NS1" ;;
+        *) die "unknown node '$1' (use st-node0|node0|0|$ADDR0 or st-node1|node1|1|$ADDR1)" ;;
+    esac
+}
+
+kill_ns_procs() {
+    local ns=$1 i
+    ns_exists "$ns" || return 0
+    # Several rounds: killed processes may have had children being forked.
+    for i in 1 2 3 4 5; do
+        [[ -n $(ip netns pids "$ns" 2>/dev/null) ]] || return 0
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        sleep 0.2
+    done
+    [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] || echo "netns.sh: warning: processes still in $ns" >&2
+}
+
+do_down() {
+    local ns
+    for ns in "$NS0" "$NS1"; do
+        kill_ns_procs "$ns"
+        # Deleting a namespace destroys the veth end inside it (and thus its peer).
+        if ns_exists "$ns"; then ip netns del "$ns"; fi
+    done
+    # Stale pair left in the root namespace by an interrupted "up".
+    ip link del "$TMP0" 2>/dev/null || true
+    ip link del "$TMP1" 2>/dev/null || true
+    # Per-"host" TMPDIRs made by testbed/mpi-ssh-agent.
+    rm -rf /tmp/scaletrain-testbed
+}
+
+do_up() {
+    do_down
+    ip netns add "$NS0"
+    ip netns add "$NS1"
+    ip link add "$TMP0" type veth peer name "$TMP1"
+    ip link set "$TMP0" netns "$NS0"
+    ip link set "$TMP1" netns "$NS1"
+    local ns tmp addr
+    for spec in "$NS0 $TMP0 $ADDR0" "$NS1 $TMP1 $ADDR1"; do
+        read -r ns tmp addr <<<"$spec"
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link set "$tmp" name "$IFNAME"
+        ip -n "$ns" addr add "$addr/$PREFIX" dev "$IFNAME"
+        ip -n "$ns" link set "$IFNAME" up
+    done
+    # Bounded wait (~5 s) until the link works. With ping (iputils-ping)
+    # installed we test reachability both ways; without it, we wait for the
+    # carrier (LOWER_UP) on both ends.
+    local i
+    for i in $(seq 1 50); do
+        if command -v ping >/dev/null; then
+            if ip netns exec "$NS0" ping -c1 -W1 "$ADDR1" >/dev/null 2>&1 \
+               && ip netns exec "$NS1" ping -c1 -W1 "$ADDR0" >/dev/null 2>&1; then
+                echo "netns up: $NS0 $IFNAME=$ADDR0  <->  $NS1 $IFNAME=$ADDR1"
+                return 0
+            fi
+        elif ip -n "$NS0" link show "$IFNAME" | grep -q LOWER_UP \
+             && ip -n "$NS1" link show "$IFNAME" | grep -q LOWER_UP; then
+            echo "netns up: $NS0 $IFNAME=$ADDR0  <->  $NS1 $IFNAME=$ADDR1 (no ping installed; carrier only)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "namespaces created but $ADDR0 <-> $ADDR1 not reachable"
+}
+
+do_status() {
+    local ns rc=0
+    for ns in "$NS0" "$NS1"; do
+        if ns_exists "$ns"; then
+            echo "== $ns"
+            ip -n "$ns" -br addr show
+            echo "   pids: $(ip netns pids "$ns" | tr '\n' ' ')"
+        else
+            echo "== $ns: absent"
+            rc=1
+        fi
+    done
+    return $rc
+}
+
+set_link() {
+    ns_exists "$NS1" || die "$NS1 does not exist (run: $0 up)"
+    ip -n "$NS1" link set "$IFNAME" "$1"
+}
+
+cmd=${1:-}
+[[ $# -gt 0 ]] && shift
+case "$cmd" in
+    up)        do_up ;;
+    down)      do_down ;;
+    status)    do_status ;;
+    link-down) set_link down ;;
+    link-up)   set_link up ;;
+    exec)
+        [[ $# -ge 2 ]] || die "usage: $0 exec NODE cmd..."
+        ns=$(ns_of "$1"); shift
+        ns_exists "$ns" || die "$ns does not exist (run: $0 up)"
+        exec ip netns exec "$ns" "$@"
+        ;;
+    *) echo "usage: $0 up|down|status|link-down|link-up|exec NODE cmd..." >&2; exit 2 ;;
+esac

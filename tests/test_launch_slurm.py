@@ -1,0 +1,59 @@
+"""A real one-node Slurm (testbed/slurm.sh: munge, slurmctld, slurmd), started here and
+stopped after: `scaletrain launch --launcher srun` inside an allocation, and detection for
+srun per task and for srun starting torchrun per node. Needs root (as in CI)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import REPO
+from .launch_helpers import run_session
+
+SLURM = str(REPO / "testbed" / "slurm.sh")
+REPORT = str(REPO / "tests" / "scripts" / "report_rank.py")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    assert os.geteuid() == 0, "the Slurm tests need root (munge, slurmd); CI runs them as root"
+    started = subprocess.run([SLURM, "start"], capture_output=True, text=True, timeout=90)
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield
+    subprocess.run([SLURM, "stop"], capture_output=True, timeout=90)
+
+
+def detected(stdout: str) -> list[dict]:
+    facts = [json.loads(line.split(" ", 1)[1]) for line in stdout.splitlines() if line.startswith("DETECTED ")]
+    return sorted(facts, key=lambda f: f["rank"])
+
+
+def test_launch_with_srun_inside_an_allocation(slurm):
+    result, left = run_session(["salloc", "-N1", "-n2", sys.executable, "-m", "scaletrain", "launch",
+                                "--nproc-per-node", "2", REPORT], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not left
+    ranks = detected(result.stdout)
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["world_size"] for r in ranks} == {2}
+    assert {r["launcher"] for r in ranks} == {"slurm"}  # auto picked srun inside the allocation
+    assert {r["slurm_procid"] for r in ranks} == {"0", "1"} and {r["all_reduce"] for r in ranks} == {3.0}
+
+
+def test_detection_of_srun_tasks(slurm):
+    result, left = run_session(["salloc", "-n2", "srun", "-n2", sys.executable, REPORT, "--detect-only"], timeout=90)
+    assert result.returncode == 0, result.stderr
+    ranks = detected(result.stdout)
+    assert [(r["rank"], r["world_size"], r["launcher"]) for r in ranks] == [(0, 2, "slurm"), (1, 2, "slurm")]
+    assert ranks[1]["sources"]["rank"] == "SLURM_PROCID" and not left
+
+
+def test_detection_of_torchrun_started_by_srun(slurm):
+    result, left = run_session(["salloc", "-N1", "-n1", "srun", "-n1", sys.executable, "-m", "scaletrain", "launch",
+                                "--launcher", "torchrun", "--nproc-per-node", "2", REPORT], timeout=120)
+    assert result.returncode == 0, result.stderr
+    ranks = detected(result.stdout)
+    assert [(r["rank"], r["world_size"], r["launcher"]) for r in ranks] == [(0, 2, "torchrun"), (1, 2, "torchrun")]
+    assert all(any("Slurm" in note for note in r["notes"]) for r in ranks)
+    assert {r["all_reduce"] for r in ranks} == {3.0} and not left
