@@ -17,6 +17,8 @@ from ..environment import detect
 from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
+from .fault_options import add_fault_arguments, check_fault_flags, describe_resume, fault_config, out_may_hold_files, \
+    restart_argv
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
 
@@ -44,10 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
+    add_fault_arguments(p)
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
+def config_from_args(args: argparse.Namespace, env=None) -> TrainConfig:
+    return TrainConfig(**fault_config(args, env), strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
                        epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                        lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
                        device=None if args.device == "auto" else args.device, threads=args.threads)
@@ -74,22 +77,28 @@ def validate(config: TrainConfig, nproc: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..launch.restart import run_with_restarts
     from ..launch.spawn import spawn
     from ..train.loop import train
 
     env = detect(os.environ)
-    config = config_from_args(args)
+    config = config_from_args(args, env)
     if env.launched:  # we are one rank of a job someone else started
         if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
             print(f"scaletrain: note: --nproc-per-node {args.nproc_per_node} ignored: the {env.launcher} launcher "
                   f"started {env.local_world_size} process(es) on this node", file=sys.stderr)
+        check_fault_flags(args, env, args.out)
         train(config, args.out or default_out(config.strategy, env.world_size))
         return 0
     nproc = args.nproc_per_node or default_nproc(config.strategy)
     validate(config, nproc)
-    out = check_out(args.out or default_out(config.strategy, nproc))
+    check_fault_flags(args, env, args.out)
+    out = args.out or default_out(config.strategy, nproc)
+    out = Path(out).expanduser().absolute() if out_may_hold_files(args, Path(out)) else check_out(out)
     create_out(out)
-    if nproc == 1:
+    if nproc == 1 and not args.max_restarts:
         train(config, out)
         return 0
-    return spawn([*args.argv, "--out", str(out)], nproc)
+    argv = [*args.argv, "--out", str(out)]
+    return run_with_restarts(lambda attempt: spawn(restart_argv(argv, out) if attempt else argv, nproc),
+                             args.max_restarts, lambda: describe_resume(out))

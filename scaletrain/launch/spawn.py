@@ -11,6 +11,8 @@ import torch.multiprocessing as mp
 
 from .ports import free_port
 
+STOP_GRACE_S = 3.0
+
 
 def spawn_environments(nproc: int, master_port: int, master_addr: str = "127.0.0.1") -> list[dict[str, str]]:
     """The variables of each local rank: torch's env:// convention, one node."""
@@ -37,15 +39,18 @@ def spawn(argv: list[str], nproc: int) -> int:
     context = mp.start_processes(_child, args=(argv, environments), nprocs=nproc, join=False,
                                  start_method="spawn")
     try:
-        while not context.join():
+        # When one rank fails, the others get STOP_GRACE_S to end by themselves (their
+        # watchdogs name the failure), then SIGTERM, then SIGKILL: only SIGKILL ends a
+        # stopped (SIGSTOP) process, and nothing may be left behind.
+        while not context.join(grace_period=STOP_GRACE_S):
             pass
     except mp.ProcessRaisedException as exc:
         print(f"scaletrain: rank {exc.error_index} failed (the other ranks were stopped):\n{exc}",
-              file=sys.stderr)
+              file=sys.stderr, flush=True)
         return 1
     except mp.ProcessExitedException as exc:
         print(f"scaletrain: rank {exc.error_index} exited with status {exc.exit_code} "
-              f"(the other ranks were stopped)", file=sys.stderr)
+              f"(the other ranks were stopped)", file=sys.stderr, flush=True)
         return exc.exit_code if exc.exit_code and exc.exit_code > 0 else 1
     except KeyboardInterrupt:
         for process in context.processes:

@@ -1,0 +1,194 @@
+"""Hang detection: a rank that stops responding is named, and every other rank exits.
+
+Without this, a rank that is stopped, deadlocked or cut off leaves its peers blocked in a
+collective until the backend's timeout (Gloo: 30 minutes) and then fails with a message
+that names no one. Here each rank:
+
+- marks the operation it is in (`with watchdog.op("all-reduce")`): two attribute writes,
+  no communication, so it costs nothing per step;
+- publishes a heartbeat every few seconds from a background thread into the job's c10d
+  TCPStore (the rendezvous store every rank already reaches): its step, its current
+  operation and a sequence number;
+- watches its own operations from a second thread: one that has lasted `timeout` makes it
+  read every rank's heartbeat twice, seconds apart. A rank whose sequence number did not
+  move is not responding (a stopped or frozen process); one that moves but is elsewhere
+  is alive but behind (e.g. deadlocked in other code); a store that does not answer means
+  the rank hosting it (rank 0 under spawn) or the network to it is gone.
+  It prints ONE line naming them and what they were doing, and leaves with os._exit: a
+  thread cannot unblock a collective, and the launcher then stops whatever is left.
+
+Comparing sequence numbers instead of timestamps keeps the verdict right when the
+machines' clocks disagree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Optional
+
+#: Exit status of a rank that gave up waiting for its peers.
+EXIT_PEER_LOST = 3
+STORE_TIMEOUT_S = 4.0  # a store that does not answer this fast is considered gone
+
+_COMM_WORDS = ("gloo", "nccl", "connection", "timed out", "timeout", "socket", "peer", "closed", "broken pipe")
+
+
+def heartbeat_interval(timeout_s: float) -> float:
+    return min(5.0, max(0.5, timeout_s / 10))
+
+
+def looks_like_communication_failure(exc: BaseException) -> bool:
+    import torch.distributed as dist
+
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _COMM_WORDS)
+
+
+class Watchdog:
+    def __init__(self, rank: int, world_size: int, timeout_s: float, host: str, port: int, attempt: str = "0",
+                 timeout_label: Optional[str] = None):
+        self.rank, self.world_size, self.timeout_s = rank, world_size, float(timeout_s)
+        self.host, self.port = host, port
+        self.prefix = f"scaletrain/heartbeat/{attempt}/"
+        self.timeout_label = timeout_label or f"{timeout_s:g}s"
+        self.interval = heartbeat_interval(self.timeout_s)
+        self.step = 0
+        self._op: Optional[str] = None
+        self._since = 0.0
+        self._seq = 0
+        self._stop = threading.Event()
+        self._verdict_lock = threading.Lock()
+        self._snapshot: Optional[tuple[float, dict]] = None
+        self._beat_store = self._connect()
+        self._read_store = self._connect()
+        self._beat()  # present from the start: "never reported" then means really never
+
+    def _connect(self):
+        import torch.distributed as dist
+
+        return dist.TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
+                             timeout=timedelta(seconds=STORE_TIMEOUT_S))
+
+    # -- the training thread's side ---------------------------------------------------
+    @contextlib.contextmanager
+    def op(self, name: str):
+        """Marks a blocking operation; a communication failure inside it is diagnosed."""
+        outer = self._op
+        if outer is None:
+            self._op, self._since = name, time.monotonic()
+        try:
+            yield
+        except Exception as exc:
+            if looks_like_communication_failure(exc):
+                self.give_up(name, time.monotonic() - self._since, cause=exc)
+            raise
+        finally:
+            if outer is None:
+                self._op = None
+
+    # -- threads ----------------------------------------------------------------------
+    def start(self) -> "Watchdog":
+        for target, name in ((self._beat_loop, "heartbeat"), (self._watch_loop, "watchdog")):
+            threading.Thread(target=target, name=f"scaletrain-{name}", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        self._seq += 1
+        record = {"seq": self._seq, "step": self.step, "op": self._op, "t": time.time(), "pid": os.getpid()}
+        self._beat_store.set(self.prefix + str(self.rank), json.dumps(record))
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._beat()
+            except Exception:  # the store is unreachable: the watch loop will find out
+                pass
+
+    def _watch_loop(self) -> None:
+        tick = min(1.0, self.interval / 2)
+        while not self._stop.wait(tick):
+            op, since = self._op, self._since
+            if op is None:
+                self._snapshot = None
+                continue
+            waited = time.monotonic() - since
+            if self._snapshot is None and waited >= self.timeout_s - 2.5 * self.interval:
+                self._snapshot = (time.monotonic(), self._read_all())
+            if waited >= self.timeout_s:
+                self.give_up(op, waited)
+
+    # -- the verdict ------------------------------------------------------------------
+    def _read_all(self) -> Optional[dict]:
+        """{rank: heartbeat or None}; None when the store itself does not answer."""
+        try:
+            found = {}
+            for r in range(self.world_size):
+                key = self.prefix + str(r)
+                found[r] = json.loads(self._read_store.get(key)) if self._read_store.check([key]) else None
+            return found
+        except Exception:
+            return None
+
+    def diagnose(self, op: str, waited: float) -> str:
+        first = self._snapshot
+        if first is None:  # failed before the watch loop looked: take the first look now
+            first = (time.monotonic(), self._read_all())
+            time.sleep(2.5 * self.interval)
+        second = self._read_all()
+        gap = time.monotonic() - first[0]
+        me = f"rank {self.rank} waited {waited:.0f} s in {op} at step {self.step}"
+        if first[1] is None or second is None:
+            return (f"{me}: the rendezvous store at {self.host}:{self.port} (hosted by rank 0 or the launcher) does not "
+                    f"answer, so rank 0 stopped responding or the network to it is cut; giving up (--timeout "
+                    f"{self.timeout_label})")
+        silent, behind, never = [], [], []
+        for r in range(self.world_size):
+            if r == self.rank:
+                continue
+            a, b = first[1].get(r), second.get(r)
+            if b is None:
+                never.append(f"rank {r}")
+            elif a is not None and a["seq"] == b["seq"]:
+                age = max(gap, time.time() - b["t"])
+                silent.append(f"rank {r} (silent for {age:.0f} s; last seen at step {b['step']} "
+                              f"{'in ' + b['op'] if b['op'] else 'between operations'})")
+            elif b["step"] != self.step or b["op"] != op:
+                behind.append(f"rank {r} (alive but at step {b['step']} "
+                              f"{'in ' + b['op'] if b['op'] else 'outside any collective'})")
+        parts = []
+        if silent:
+            parts.append(f"{_ranks(silent)} stopped responding: {', '.join(silent)}")
+        if never:
+            parts.append(f"{', '.join(never)} never reported")
+        if behind:
+            parts.append(f"{_ranks(behind)} did not arrive: {', '.join(behind)}")
+        if not parts:
+            parts.append(f"every rank is alive and in {op} at step {self.step}: the collective itself stalled "
+                         "(network or backend)")
+        return f"{me}; " + "; ".join(parts) + f"; giving up (--timeout {self.timeout_label})"
+
+    def give_up(self, op: str, waited: float, cause: Optional[BaseException] = None) -> None:
+        """Prints the verdict and ends this process at once (another thread may be stuck in
+        a collective that nothing can interrupt)."""
+        with self._verdict_lock:
+            self._stop.set()
+            try:
+                message = self.diagnose(op, waited)
+            except Exception as exc:  # never let the diagnosis itself hang or hide the exit
+                message = f"rank {self.rank} waited {waited:.0f} s in {op}; peers could not be diagnosed ({exc})"
+            print(f"scaletrain: error: {message}", file=sys.stderr, flush=True)
+            os._exit(EXIT_PEER_LOST)
+
+
+def _ranks(items: list[str]) -> str:
+    return "rank" if len(items) == 1 else "ranks"
