@@ -16,7 +16,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
 
 
 def gather_model_and_optimizer(model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> tuple[dict, dict]:
@@ -30,13 +31,16 @@ def gather_model_and_optimizer(model: nn.Module, optimizer: Optional[torch.optim
 
 def apply_model_and_optimizer(model: nn.Module, optimizer: Optional[torch.optim.Optimizer],
                               model_state: dict, optim_state: Optional[dict]) -> None:
-    """Collective: rank 0 passes the loaded state, the others empty dicts."""
+    """Collective: rank 0 passes the loaded state, the others empty dicts.
+
+    Two calls rather than set_state_dict: given an empty model state (as every rank but 0
+    has with broadcast_from_rank0), set_state_dict treats the call as optimizer-only on
+    those ranks and skips the model's broadcast that rank 0 then waits for (torch 2.13).
+    The optimizer goes first, as in set_state_dict: initialising its state takes a step."""
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    if optimizer is None or optim_state is None:
-        set_state_dict(model, (), model_state_dict=model_state, optim_state_dict={}, options=options)
-        return
-    set_state_dict(model, (optimizer,), model_state_dict=model_state, optim_state_dict=optim_state,
-                   options=options)
+    if optimizer is not None and optim_state is not None:
+        set_optimizer_state_dict(model, (optimizer,), optim_state, options=options)
+    set_model_state_dict(model, model_state, options=options)
 
 
 def capture_rng() -> dict:
