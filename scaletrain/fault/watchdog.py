@@ -129,49 +129,59 @@ class Watchdog:
 
     # -- the verdict ------------------------------------------------------------------
     def _read_all(self) -> Optional[dict]:
-        """{rank: heartbeat or None}; None when the store itself does not answer."""
-        try:
-            found = {}
-            for r in range(self.world_size):
-                key = self.prefix + str(r)
-                found[r] = json.loads(self._read_store.get(key)) if self._read_store.check([key]) else None
-            return found
-        except Exception:
-            return None
+        """{rank: heartbeat or None}; None when the store does not answer within
+        STORE_TIMEOUT_S. The read runs in a throwaway thread because a store whose host is
+        stopped or cut off keeps the TCP connection open and a read on it never returns
+        (the client's own timeout does not cover that)."""
+        box: dict = {}
+        done = threading.Event()
+
+        def read():
+            try:
+                found = {}
+                for r in range(self.world_size):
+                    key = self.prefix + str(r)
+                    found[r] = json.loads(self._read_store.get(key)) if self._read_store.check([key]) else None
+                box["found"] = found
+            except Exception:
+                pass
+            done.set()
+
+        threading.Thread(target=read, name="scaletrain-store-read", daemon=True).start()
+        return box.get("found") if done.wait(STORE_TIMEOUT_S) else None
 
     def diagnose(self, op: str, waited: float) -> str:
         first = self._snapshot
         if first is None:  # failed before the watch loop looked: take the first look now
             first = (time.monotonic(), self._read_all())
             time.sleep(2.5 * self.interval)
-        second = self._read_all()
+        second = self._read_all() if first[1] is not None else None
         gap = time.monotonic() - first[0]
         me = f"rank {self.rank} waited {waited:.0f} s in {op} at step {self.step}"
         if first[1] is None or second is None:
             return (f"{me}: the rendezvous store at {self.host}:{self.port} (hosted by rank 0 or the launcher) does not "
                     f"answer, so rank 0 stopped responding or the network to it is cut; giving up (--timeout "
                     f"{self.timeout_label})")
-        silent, behind, never = [], [], []
+        silent, behind, never = {}, {}, []
         for r in range(self.world_size):
             if r == self.rank:
                 continue
             a, b = first[1].get(r), second.get(r)
             if b is None:
-                never.append(f"rank {r}")
+                never.append(r)
             elif a is not None and a["seq"] == b["seq"]:
                 age = max(gap, time.time() - b["t"])
-                silent.append(f"rank {r} (silent for {age:.0f} s; last seen at step {b['step']} "
-                              f"{'in ' + b['op'] if b['op'] else 'between operations'})")
+                silent[r] = (f"pid {b['pid']}, silent for {age:.0f} s, last seen at step {b['step']} "
+                             f"{'in ' + b['op'] if b['op'] else 'between operations'}")
             elif b["step"] != self.step or b["op"] != op:
-                behind.append(f"rank {r} (alive but at step {b['step']} "
-                              f"{'in ' + b['op'] if b['op'] else 'outside any collective'})")
+                behind[r] = f"alive but at step {b['step']} {'in ' + b['op'] if b['op'] else 'outside any collective'}"
         parts = []
         if silent:
-            parts.append(f"{_ranks(silent)} stopped responding: {', '.join(silent)}")
+            parts.append(_named(silent, "stopped responding"))
         if never:
-            parts.append(f"{', '.join(never)} never reported")
+            parts.append(f"{_ranks(never)} never reported")
         if behind:
-            parts.append(f"{_ranks(behind)} did not arrive: {', '.join(behind)}")
+            parts.append(_named(behind, "did not arrive"))
         if not parts:
             parts.append(f"every rank is alive and in {op} at step {self.step}: the collective itself stalled "
                          "(network or backend)")
@@ -190,5 +200,14 @@ class Watchdog:
             os._exit(EXIT_PEER_LOST)
 
 
-def _ranks(items: list[str]) -> str:
-    return "rank" if len(items) == 1 else "ranks"
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _named(found: dict, what: str) -> str:
+    """'rank 1 stopped responding (details)' or 'ranks 1, 3 stopped responding (rank 1: …; rank 3: …)'."""
+    if len(found) == 1:
+        (rank, details), = found.items()
+        return f"rank {rank} {what} ({details})"
+    return f"{_ranks(found)} {what} (" + "; ".join(f"rank {r}: {d}" for r, d in sorted(found.items())) + ")"
