@@ -157,7 +157,7 @@ class Watchdog:
             time.sleep(2.5 * self.interval)
         second = self._read_all() if first[1] is not None else None
         gap = time.monotonic() - first[0]
-        me = f"rank {self.rank} waited {waited:.0f} s in {op} at step {self.step}"
+        me = f"rank {self.rank} waited {waited:.0f} s in {_where(op, self.step)}"
         if first[1] is None or second is None:
             return (f"{me}: the rendezvous store at {self.host}:{self.port} (hosted by rank 0 or the launcher) does not "
                     f"answer, so rank 0 stopped responding or the network to it is cut; giving up (--timeout "
@@ -171,10 +171,9 @@ class Watchdog:
                 never.append(r)
             elif a is not None and a["seq"] == b["seq"]:
                 age = max(gap, time.time() - b["t"])
-                silent[r] = (f"pid {b['pid']}, silent for {age:.0f} s, last seen at step {b['step']} "
-                             f"{'in ' + b['op'] if b['op'] else 'between operations'}")
+                silent[r] = f"pid {b['pid']}, silent for {age:.0f} s, last seen in {_where(b['op'], b['step'])}"
             elif b["step"] != self.step or b["op"] != op:
-                behind[r] = f"alive but at step {b['step']} {'in ' + b['op'] if b['op'] else 'outside any collective'}"
+                behind[r] = f"alive but in {_where(b['op'], b['step'])}"
         parts = []
         if silent:
             parts.append(_named(silent, "stopped responding"))
@@ -183,7 +182,7 @@ class Watchdog:
         if behind:
             parts.append(_named(behind, "did not arrive"))
         if not parts:
-            parts.append(f"every rank is alive and in {op} at step {self.step}: the collective itself stalled "
+            parts.append(f"every rank is alive and in {_where(op, self.step)}: the collective itself stalled "
                          "(network or backend)")
         return f"{me}; " + "; ".join(parts) + f"; giving up (--timeout {self.timeout_label})"
 
@@ -198,6 +197,13 @@ class Watchdog:
                 message = f"rank {self.rank} waited {waited:.0f} s in {op}; peers could not be diagnosed ({exc})"
             print(f"scaletrain: error: {message}", file=sys.stderr, flush=True)
             os._exit(EXIT_PEER_LOST)
+
+
+def _where(op: Optional[str], step: int) -> str:
+    """'train step 6' (the step under way), 'evaluate after step 5', 'no operation after step 5'."""
+    if op == "train step":
+        return f"train step {step + 1}"
+    return f"{op or 'no collective'} after step {step}"
 
 
 def _ranks(ranks) -> str:
