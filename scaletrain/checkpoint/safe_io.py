@@ -41,21 +41,33 @@ def write_state(obj: Any, fh: BinaryIO) -> None:
 def load_state(path: Path) -> dict:
     """Loads a state file with the restricted unpickler; every failure is a CheckpointError
     that says what was wrong with which file."""
+    if not zipfile.is_zipfile(path):  # torn (its index is written last) or not torch.save's
+        raise CheckpointError(f"cannot read {path}: not a complete checkpoint file (truncated, or not written by "
+                              "torch.save); resume from another checkpoint")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
             f"refused to load {path}: it asks to run code or build objects a checkpoint never holds "
-            f"({first[:160]}); it may have been tampered with — use a checkpoint written by scaletrain") from None
+            f"({_unpickler_reason(exc)}); it may have been tampered with — use a checkpoint written by "
+            "scaletrain") from None
     except (zipfile.BadZipFile, RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {path}: not a complete checkpoint file "
-                              f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}); "
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        raise CheckpointError(f"cannot read {path}: not a complete checkpoint file ({type(exc).__name__}: {first}); "
                               "resume from another checkpoint") from None
     if not isinstance(state, dict) or state.get("format") != 1 or "model" not in state:
         raise CheckpointError(f"{path} is not a scaletrain checkpoint (no format/model entries); "
                               "resume from a folder written by --checkpoint-every or run.save_checkpoint")
     return state
+
+
+def _unpickler_reason(exc: Exception) -> str:
+    """torch's message is a paragraph about its defaults; the reason is one line of it."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "WeightsUnpickler error:" in line:
+            return line.split("WeightsUnpickler error:", 1)[1].strip().split(". ")[0][:160]
+    return (text.strip().splitlines() or [type(exc).__name__])[0][:160]
 
 
 def check_loadable(folder: Path) -> None:
