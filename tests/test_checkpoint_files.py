@@ -3,8 +3,6 @@ and a checkpoint crafted to run code when unpickled is refused without running i
 
 from __future__ import annotations
 
-import os
-import pickle
 import sys
 from pathlib import Path
 
@@ -13,7 +11,6 @@ import torch
 
 import scaletrain
 from scaletrain.checkpoint import CheckpointError, latest_checkpoint
-from scaletrain.checkpoint import layout
 from tests.helpers import REPO, run, scaletrain as scaletrain_cli
 
 

@@ -7,7 +7,6 @@ has to be on rank 0's machine and a checkpoint written by N processes loads into
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -16,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..files import write_json_atomic
 from . import layout
 from .safe_io import CheckpointError, load_state, save_state
 from .state import apply_model_and_optimizer, capture_rng, gather_model_and_optimizer, restore_rng
@@ -106,7 +106,7 @@ class Checkpointer:
             meta = {"step": int(step), "world_size": self.run.world_size, "strategy": self.run.strategy.name,
                     "loader": progress.get("loader"), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "scaletrain_version": _version(), "torch_version": torch.__version__}
-            layout.write_text_atomic(staging / layout.META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            write_json_atomic(staging / layout.META_FILE, meta)
             final = layout.publish(staging, self.directory, step)
         except BaseException:
             import shutil

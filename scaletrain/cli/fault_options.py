@@ -12,7 +12,7 @@ from ..checkpoint.safe_io import CheckpointError, check_loadable
 from ..environment import DistEnv
 from ..errors import UsageError
 from ..fault.durations import parse_duration
-from .parsing import positive_int
+from .parsing import non_negative_int, positive_int
 
 DEFAULT_TIMEOUT = "10m"
 
@@ -22,16 +22,6 @@ def duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def resume_source(text: str) -> str:
