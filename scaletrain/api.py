@@ -220,6 +220,11 @@ class Run:
             if self._watchdog is not None:
                 self._watchdog.stop()
             process_group.destroy_process_group(self._owns_group)
+            # Gloo's worker threads free a finished collective's tensors under their lock and
+            # need the GIL to do it; the group itself is freed later (by DDP's reducer) with
+            # the GIL held, waiting for that lock: a deadlock at exit (torch 2.13). Releasing
+            # the GIL here lets the workers finish first.
+            time.sleep(0.05)
 
     def __enter__(self) -> "Run":
         return self

@@ -47,7 +47,7 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
                         f"30s, 5m, 1h; a bare number is minutes (default {DEFAULT_TIMEOUT})")
 
 
-def fault_config(args: argparse.Namespace, env: DistEnv) -> dict:
+def fault_config(args: argparse.Namespace) -> dict:
     """The TrainConfig fields of these flags. A process restarted by torchrun's agent resumes
     from the newest checkpoint by itself, as one restarted by scaletrain does."""
     resume = args.resume

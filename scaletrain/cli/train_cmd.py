@@ -17,8 +17,8 @@ from ..environment import detect
 from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
-from .fault_options import add_fault_arguments, check_fault_flags, describe_resume, fault_config, out_may_hold_files, \
-    restart_argv
+from .fault_options import (add_fault_arguments, check_fault_flags, describe_resume, fault_config,
+                            out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
 
@@ -49,11 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fault_arguments(p)
 
 
-def config_from_args(args: argparse.Namespace, env=None) -> TrainConfig:
-    return TrainConfig(**fault_config(args, env), strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
                        epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                        lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
-                       device=None if args.device == "auto" else args.device, threads=args.threads)
+                       device=None if args.device == "auto" else args.device, threads=args.threads,
+                       **fault_config(args))
 
 
 def default_nproc(strategy: str) -> int:
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.loop import train
 
     env = detect(os.environ)
-    config = config_from_args(args, env)
+    config = config_from_args(args)
     if env.launched:  # we are one rank of a job someone else started
         if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
             print(f"scaletrain: note: --nproc-per-node {args.nproc_per_node} ignored: the {env.launcher} launcher "

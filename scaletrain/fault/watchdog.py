@@ -95,12 +95,19 @@ class Watchdog:
 
     # -- threads ----------------------------------------------------------------------
     def start(self) -> "Watchdog":
-        for target, name in ((self._beat_loop, "heartbeat"), (self._watch_loop, "watchdog")):
-            threading.Thread(target=target, name=f"scaletrain-{name}", daemon=True).start()
+        self._threads = [threading.Thread(target=target, name=f"scaletrain-{name}", daemon=True)
+                         for target, name in ((self._beat_loop, "heartbeat"), (self._watch_loop, "watchdog"))]
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
+        """Ends both threads before the process group goes: a thread still inside a store
+        call while the interpreter tears torch down can hang the exit."""
         self._stop.set()
+        for thread in getattr(self, "_threads", []):
+            thread.join(timeout=STORE_TIMEOUT_S)
+        self._beat_store = self._read_store = None
 
     def _beat(self) -> None:
         self._seq += 1
