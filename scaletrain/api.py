@@ -148,9 +148,14 @@ class Run:
                 "count": count}
 
     # -- communication helpers ----------------------------------------------------------
-    def _op(self, name: str):
-        """Marks a blocking operation for hang detection (see scaletrain.fault.watchdog)."""
+    def watch(self, name: str):
+        """Context for a blocking operation of your own (a collective, a wait on peers): if
+        it outlasts the timeout while a peer is silent or elsewhere, that peer is named and
+        this process exits (see docs/fault-tolerance.md). train_step, evaluate, sum, mean,
+        barrier and checkpoints are watched already."""
         return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
+
+    _op = watch
 
     def _all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         if dist.is_initialized() and dist.get_world_size() > 1:

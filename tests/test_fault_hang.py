@@ -12,6 +12,7 @@ import pytest
 
 from scaletrain.checkpoint import latest_checkpoint
 from tests.faults import Background, scaletrain_argv, spawned_workers, wait_for
+from tests.helpers import REPO, torchrun
 
 TIMEOUT_S = 10
 LONG_RUN = ["train", "--nproc-per-node", "2", "--workload", "digits-mlp", "--epochs", "50", "--batch-size", "8",
@@ -40,3 +41,9 @@ def test_sigstop_one_rank_names_it_and_all_exit(tmp_path, victim_rank):
     else:  # rank 0 hosts the rendezvous store under spawn: its silence is the store's
         assert "rank 1 waited" in errors[0] and "rank 0 stopped responding" in errors[0], errors[0]
     assert not os.path.exists(f"/proc/{victim}") or open(f"/proc/{victim}/stat").read().split()[2] == "Z"
+
+
+def test_a_long_operation_every_rank_is_in_is_not_a_hang():
+    result = torchrun(REPO / "tests" / "workers" / "slow_operation.py", nproc=2, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "both ranks came through" in result.stdout and "scaletrain: error" not in result.stderr

@@ -123,16 +123,26 @@ class Watchdog:
 
     def _watch_loop(self) -> None:
         tick = min(1.0, self.interval / 2)
+        watched, check_at = None, self.timeout_s
         while not self._stop.wait(tick):
             op, since = self._op, self._since
             if op is None:
                 self._snapshot = None
                 continue
+            if since != watched:  # a new operation
+                watched, check_at, self._snapshot = since, self.timeout_s, None
             waited = time.monotonic() - since
-            if self._snapshot is None and waited >= self.timeout_s - 2.5 * self.interval:
+            if self._snapshot is None and waited >= check_at - 2.5 * self.interval:
                 self._snapshot = (time.monotonic(), self._read_all())
-            if waited >= self.timeout_s:
-                self.give_up(op, waited)
+            if waited >= check_at:
+                with self._verdict_lock:
+                    message, culprits = self.diagnose(op, waited)
+                    if culprits:
+                        self._exit(message)
+                # Every rank is alive and in this same operation: a long one (a large
+                # checkpoint, a slow step), not a hang. Look again one timeout later; a
+                # collective that really stalls is ended by the backend's own timeout.
+                check_at, self._snapshot = waited + self.timeout_s, None
 
     # -- the verdict ------------------------------------------------------------------
     def _read_all(self) -> Optional[dict]:
@@ -157,7 +167,8 @@ class Watchdog:
         threading.Thread(target=read, name="scaletrain-store-read", daemon=True).start()
         return box.get("found") if done.wait(STORE_TIMEOUT_S) else None
 
-    def diagnose(self, op: str, waited: float) -> str:
+    def diagnose(self, op: str, waited: float) -> tuple[str, bool]:
+        """(one line, whether some rank is missing or behind)."""
         first = self._snapshot
         if first is None:  # failed before the watch loop looked: take the first look now
             first = (time.monotonic(), self._read_all())
@@ -168,7 +179,7 @@ class Watchdog:
         if first[1] is None or second is None:
             return (f"{me}: the rendezvous store at {self.host}:{self.port} (hosted by rank 0 or the launcher) does not "
                     f"answer, so rank 0 stopped responding or the network to it is cut; giving up (--timeout "
-                    f"{self.timeout_label})")
+                    f"{self.timeout_label})"), True
         silent, behind, never = {}, {}, []
         for r in range(self.world_size):
             if r == self.rank:
@@ -182,6 +193,7 @@ class Watchdog:
             elif b["step"] != self.step or b["op"] != op:
                 behind[r] = f"alive but in {_where(b['op'], b['step'])}"
         parts = []
+        culprits = bool(silent or never or behind)
         if silent:
             parts.append(_named(silent, "stopped responding"))
         if never:
@@ -191,19 +203,23 @@ class Watchdog:
         if not parts:
             parts.append(f"every rank is alive and in {_where(op, self.step)}: the collective itself stalled "
                          "(network or backend)")
-        return f"{me}; " + "; ".join(parts) + f"; giving up (--timeout {self.timeout_label})"
+        return f"{me}; " + "; ".join(parts) + f"; giving up (--timeout {self.timeout_label})", culprits
 
     def give_up(self, op: str, waited: float, cause: Optional[BaseException] = None) -> None:
-        """Prints the verdict and ends this process at once (another thread may be stuck in
-        a collective that nothing can interrupt)."""
+        """After a communication failure: prints the verdict and ends this process."""
         with self._verdict_lock:
-            self._stop.set()
             try:
-                message = self.diagnose(op, waited)
-            except Exception as exc:  # never let the diagnosis itself hang or hide the exit
+                message, _ = self.diagnose(op, waited)
+            except Exception as exc:  # never let the diagnosis itself hide the exit
                 message = f"rank {self.rank} waited {waited:.0f} s in {op}; peers could not be diagnosed ({exc})"
-            print(f"scaletrain: error: {message}", file=sys.stderr, flush=True)
-            os._exit(EXIT_PEER_LOST)
+            self._exit(message)
+
+    def _exit(self, message: str) -> None:
+        """Ends this process at once: another thread may be stuck in a collective that
+        nothing can interrupt, and the launcher then stops whatever is left."""
+        self._stop.set()
+        print(f"scaletrain: error: {message}", file=sys.stderr, flush=True)
+        os._exit(EXIT_PEER_LOST)
 
 
 def _where(op: Optional[str], step: int) -> str:
