@@ -16,6 +16,9 @@ that names no one. Here each rank:
   the rank hosting it (rank 0 under spawn) or the network to it is gone.
   It prints ONE line naming them and what they were doing, and leaves with os._exit: a
   thread cannot unblock a collective, and the launcher then stops whatever is left.
+  When every rank is alive and in the same operation, that is a long operation (a large
+  checkpoint, a slow step), not a hang: it looks again one timeout later, and a collective
+  that really stalls is ended by the backend's own timeout, set a little beyond.
 
 Comparing sequence numbers instead of timestamps keeps the verdict right when the
 machines' clocks disagree.
