@@ -7,9 +7,10 @@
 """
 
 from .api import Run, init
+from .checkpoint import CheckpointError, Checkpointer
 from .environment import DistEnv, detect
 from .errors import UsageError
 
 __version__ = "0.1.0"
 
-__all__ = ["init", "Run", "detect", "DistEnv", "UsageError", "__version__"]
+__all__ = ["init", "Run", "detect", "DistEnv", "UsageError", "Checkpointer", "CheckpointError", "__version__"]

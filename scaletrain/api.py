@@ -15,10 +15,12 @@ The same script runs as one process (`python script.py`) and under any launcher
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -28,10 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import process_group
+from .checkpoint import DEFAULT_KEEP, Checkpointer
 from .backends import choose_backend
 from .data import ShardedLoader, eval_loader, move_to
 from .environment import DistEnv, detect
 from .devices import choose_device, threads_per_process
+from .fault.start import backstop_timeout, start_watchdog
 from .strategies import Strategy, get_strategy
 
 
@@ -56,6 +60,8 @@ class Run:
         self._owns_group = owns_group
         self._closed = False
         self.started = time.perf_counter()
+        self.steps_taken = 0  # train_step calls so far (restored by load_checkpoint)
+        self._watchdog = None  # hang detection, when there are peers to wait for
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.env.rank)
@@ -94,9 +100,13 @@ class Run:
                    loss_fn: Callable = F.cross_entropy) -> torch.Tensor:
         """zero_grad, forward, backward (gradients synchronised), optimizer step.
         Returns the loss as a detached tensor: no host synchronisation in the hot loop."""
-        optimizer.zero_grad(set_to_none=True)
-        loss = self.strategy.forward_backward(self, model, inputs, targets, loss_fn)
-        optimizer.step()
+        with self._op("train step"):
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.strategy.forward_backward(self, model, inputs, targets, loss_fn)
+            optimizer.step()
+        self.steps_taken += 1
+        if self._watchdog is not None:
+            self._watchdog.step = self.steps_taken
         return loss
 
     def no_sync(self, model: nn.Module):
@@ -113,6 +123,10 @@ class Run:
                  loss_fn: Callable = F.cross_entropy) -> dict:
         """Loss and accuracy over `dataset`, each sample counted exactly once whatever the
         world size. Every rank must call it. `loss_fn` must accept `reduction="none"`."""
+        with self._op("evaluate"):
+            return self._evaluate(model, dataset, batch_size, loss_fn)
+
+    def _evaluate(self, model, dataset, batch_size, loss_fn) -> dict:
         rank, size = self.strategy.data_parallel(self)
         was_training = model.training
         model.eval()
@@ -134,9 +148,19 @@ class Run:
                 "count": count}
 
     # -- communication helpers ----------------------------------------------------------
+    def watch(self, name: str):
+        """Context for a blocking operation of your own (a collective, a wait on peers): if
+        it outlasts the timeout while a peer is silent or elsewhere, that peer is named and
+        this process exits (see docs/fault-tolerance.md). train_step, evaluate, sum, mean,
+        barrier and checkpoints are watched already."""
+        return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
+
+    _op = watch
+
     def _all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(tensor, op=op)
+            with self._op("all-reduce"):
+                dist.all_reduce(tensor, op=op)
         return tensor
 
     def _as_tensor(self, value) -> torch.Tensor:
@@ -156,7 +180,29 @@ class Run:
 
     def barrier(self) -> None:
         if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.barrier()
+            with self._op("barrier"):
+                dist.barrier()
+
+    # -- checkpoints --------------------------------------------------------------------
+    def checkpointer(self, directory, keep: int = DEFAULT_KEEP) -> Checkpointer:
+        """A Checkpointer writing into `directory` (keeps the newest `keep` checkpoints)."""
+        return Checkpointer(self, Path(directory), keep)
+
+    def save_checkpoint(self, directory, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
+                        step: Optional[int] = None, scheduler=None, loader=None, extra: Optional[dict] = None,
+                        keep: int = DEFAULT_KEEP) -> Path:
+        """Saves model, optimizer, schedule, loader position, every rank's RNG state and the
+        step into `directory`/step-N atomically. Every rank must call it; rank 0 writes."""
+        return self.checkpointer(directory, keep).save(self.steps_taken if step is None else step, model,
+                                                       optimizer, scheduler=scheduler, loader=loader, extra=extra)
+
+    def load_checkpoint(self, source, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
+                        scheduler=None, loader=None) -> Optional[dict]:
+        """Restores what save_checkpoint saved, on any world size; `source` is a checkpoint
+        folder, a folder of them (the newest complete one is used) or a run's output folder.
+        Returns {"path", "step", "loader", "extra", "world_size"}. Every rank must call it."""
+        return Checkpointer(self, Path(source)).load(Path(source), model, optimizer, scheduler=scheduler,
+                                                     loader=loader)
 
     def print(self, *args, **kwargs) -> None:
         """print() on rank 0 only, so N processes do not print N copies."""
@@ -176,7 +222,14 @@ class Run:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._watchdog is not None:
+                self._watchdog.stop()
             process_group.destroy_process_group(self._owns_group)
+            # Gloo's worker threads free a finished collective's tensors under their lock and
+            # need the GIL to do it; the group itself is freed later (by DDP's reducer) with
+            # the GIL held, waiting for that lock: a deadlock at exit (torch 2.13). Releasing
+            # the GIL here lets the workers finish first.
+            time.sleep(0.05)
 
     def __enter__(self) -> "Run":
         return self
@@ -209,5 +262,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
         torch.cuda.set_device(dev)
     run = Run(env, strat, dev, chosen_backend, n_threads, owns_group=False, seed=seed or 0)
     strat.validate(run)  # before joining: a doomed run should not make its peers wait
-    run._owns_group = process_group.init_process_group(env, chosen_backend, dev, timeout)
+    run._owns_group = process_group.init_process_group(env, chosen_backend, dev,
+                                                       backstop_timeout(timeout or process_group.DEFAULT_TIMEOUT))
+    run._watchdog = start_watchdog(env, timeout or process_group.DEFAULT_TIMEOUT)
     return run

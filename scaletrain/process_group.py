@@ -30,6 +30,14 @@ def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kwargs)
         return True
     netif.apply(env.master_addr, os.environ)  # the interface that reaches the master, unless the user named one
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent keeps its store across restarts: without a prefix per restart, a
+        # restarted group can read the addresses the dead group published and fail to connect.
+        store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False, timeout=timeout)
+        store = dist.PrefixStore(f"scaletrain/restart-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout,
+                                **kwargs)
+        return True
     host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
     dist.init_process_group(backend, init_method=f"tcp://{host}:{env.master_port}", rank=env.rank,
                             world_size=env.world_size, timeout=timeout, **kwargs)

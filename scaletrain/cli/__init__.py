@@ -7,10 +7,10 @@ import sys
 from typing import Optional
 
 from ..errors import UsageError
-from . import env_cmd, launch_cmd, train_cmd
+from . import doctor_cmd, env_cmd, launch_cmd, train_cmd
 from .parsing import OneLineParser, fail
 
-COMMANDS = (train_cmd, launch_cmd, env_cmd)
+COMMANDS = (train_cmd, launch_cmd, env_cmd, doctor_cmd)
 
 
 def build_parser() -> OneLineParser:

@@ -12,12 +12,21 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def positive_int(text: str) -> int:
+    return whole_number(text, minimum=1)
+
+
+def non_negative_int(text: str) -> int:
+    return whole_number(text, minimum=0)
+
+
+def whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}" if minimum
+                                         else f"must be 0 or more, got {value}")
     return value
 
 

@@ -18,6 +18,8 @@ from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
 from .launch_options import add_launch_arguments, launch_request, launch_requested, plan_and_run, strip_launch_args
+from .fault_options import (add_fault_arguments, check_fault_flags, describe_resume, fault_config,
+                            out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
 
@@ -44,13 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
     add_launch_arguments(p, "one per GPU, else one per CPU core; 1 for one-process strategies")
+    add_fault_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
                        epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                        lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
-                       device=None if args.device == "auto" else args.device, threads=args.threads)
+                       device=None if args.device == "auto" else args.device, threads=args.threads,
+                       **fault_config(args))
 
 
 def default_nproc(strategy: str) -> int:
@@ -75,6 +79,7 @@ def validate(config: TrainConfig, nproc: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..launch.plan import Target
+    from ..launch.restart import run_with_restarts
     from ..train.loop import train
 
     env = detect(os.environ)
@@ -83,18 +88,27 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
             print(f"scaletrain: note: --nproc-per-node {args.nproc_per_node} ignored: the {env.launcher} launcher "
                   f"started {env.local_world_size} process(es) on this node", file=sys.stderr)
+        check_fault_flags(args, env, args.out)
         train(config, args.out or default_out(config.strategy, env.world_size))
         return 0
     nproc = args.nproc_per_node or default_nproc(config.strategy)
     validate(config, nproc)
-    out = args.out or default_out(config.strategy, nproc)
-    # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it.
-    out = check_out(out) if not args.node_rank else Path(out).absolute()
-    if nproc == 1 and not launch_requested(args):
+    check_fault_flags(args, env, args.out)
+    out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()
+    # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it, and
+    # --resume auto continues the run already in it.
+    if not args.node_rank and not out_may_hold_files(args, out):
+        check_out(out)
+    if nproc == 1 and not launch_requested(args) and not args.max_restarts:
         create_out(out)
         train(config, out)
         return 0
-    target = Target(module="scaletrain", args=("train", *strip_launch_args(args.argv[1:], also=("--out",)),
-                                               "--out", str(out)))
+    train_argv = ["train", *strip_launch_args(args.argv[1:], also=("--out",)), "--out", str(out)]
     prepare = (lambda: create_out(out)) if not args.node_rank else None
-    return plan_and_run(launch_request(args, target, nproc), args.dry_run, prepare)
+
+    def attempt(number: int) -> int:
+        argv = restart_argv(train_argv, out) if number else train_argv
+        return plan_and_run(launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc),
+                            args.dry_run, prepare if number == 0 else None)
+
+    return run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))

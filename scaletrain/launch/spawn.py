@@ -13,6 +13,8 @@ import torch.multiprocessing as mp
 
 from .plan import ERROR_DIR_VAR, Plan, Target
 
+STOP_GRACE_S = 3.0
+
 
 # Shown by --dry-run; the spawn executor binds the port when the job starts.
 PORT_AT_START = "<a free port, bound when the job starts>"
@@ -58,7 +60,10 @@ def run_in_children(plan: Plan, error_dir: str) -> int:
     context = mp.start_processes(_child, args=(environments, plan.target, error_dir), nprocs=len(environments),
                                  join=False, start_method="spawn")
     try:
-        while not context.join():
+        # When one rank fails, the others get STOP_GRACE_S to end by themselves (their
+        # watchdogs name the failure), then SIGTERM, then SIGKILL: only SIGKILL ends a
+        # stopped (SIGSTOP) process, and nothing may be left behind.
+        while not context.join(grace_period=STOP_GRACE_S):
             pass
     except mp.ProcessRaisedException:  # the rank runner records every exception itself
         return 1

@@ -32,6 +32,14 @@ class TrainConfig:
     """cpu, cuda or cuda:N; None: CUDA when visible."""
     threads: Optional[int] = None
     """CPU threads per process; None: cores ÷ processes on the node."""
+    checkpoint_every: int = 0
+    """Save a checkpoint every this many steps (and at the end); 0: never."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    resume: Optional[str] = None
+    """None, "auto" (the newest checkpoint under the output folder, if any) or a checkpoint path."""
+    timeout_seconds: Optional[float] = None
+    """How long a rank waits for its peers before naming the missing ones and exiting."""
     strategy_options: dict = field(default_factory=dict)
     """Options particular to the strategy."""
 

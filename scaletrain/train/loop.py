@@ -4,6 +4,7 @@ exactly as a user's own loop would be."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 from .. import __version__
 from ..api import init
+from ..checkpoint.training import TrainerCheckpoints
 from ..workloads import get_workload
 from .config import TrainConfig
 from .report import Reporter
@@ -23,7 +25,8 @@ def train(config: TrainConfig, out: Path) -> dict:
     epochs = config.epochs or workload.epochs
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
-              seed=config.seed, **config.strategy_options) as run:
+              seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
+              **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         model = workload.build_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -34,10 +37,14 @@ def train(config: TrainConfig, out: Path) -> dict:
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
                      f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
 
+        checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
+                                         reporter.say)
+        start = checkpoints.resume(model, optimizer, loader, epochs)
         train_seconds, trained_samples, first_step_at, record = 0.0, 0.0, None, {}
-        for epoch in range(1, epochs + 1):
-            loss_sum = torch.zeros((), device=run.device)
-            steps = samples = 0
+        for epoch in range(start["epoch"], epochs + 1):
+            loss_sum = torch.full((), start["loss_sum"], device=run.device)
+            steps, samples = start["steps"], start["samples"]
+            start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
             epoch_start = time.perf_counter()
             with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
                 for inputs, targets in loader:
@@ -47,6 +54,8 @@ def train(config: TrainConfig, out: Path) -> dict:
                     steps += 1
                     samples += len(targets)
                     advance()
+                    checkpoints.after_step(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps,
+                                                                      "samples": samples})
             seconds = time.perf_counter() - epoch_start
             epoch_samples = run.sum(float(samples)) * run.data_parallel_size / run.world_size
             train_seconds += seconds
@@ -58,6 +67,7 @@ def train(config: TrainConfig, out: Path) -> dict:
                       "eval_samples": evaluation["count"], "samples_per_second": epoch_samples / seconds,
                       "epoch_seconds": seconds}
             reporter.epoch(record)
+        checkpoints.at_end(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps, "samples": samples})
 
         summary = {
             **run.describe(),
@@ -78,6 +88,7 @@ def train(config: TrainConfig, out: Path) -> dict:
             "wall_seconds": time.perf_counter() - started,
             "torch_version": torch.__version__,
             "scaletrain_version": __version__,
+            **checkpoints.summary(),
         }
         reporter.finish(summary)
         return summary

@@ -1,0 +1,74 @@
+"""Checkpoints in the built-in trainer: when to save, what to resume, what to tell the user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from ..errors import UsageError
+from .checkpointer import Checkpointer
+from .layout import CHECKPOINTS_DIR
+
+if TYPE_CHECKING:
+    from ..api import Run
+
+
+class TrainerCheckpoints:
+    """`every` steps (0: never) into <out>/checkpoints; `resume` is None, "auto" or a path."""
+
+    def __init__(self, run: "Run", out: Path, every: int, keep: int, resume: Optional[str], say):
+        self.run, self.every, self.resume_from, self.say = run, every, resume, say
+        self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep)
+        self.last_saved = -1
+        self.resumed: Optional[dict] = None
+
+    def resume(self, model, optimizer, loader, epochs: int) -> dict:
+        """Restores the state to resume from, if any. Returns where the loop starts: the
+        1-based epoch and that epoch's running totals (so its report covers all of it)."""
+        start = {"epoch": 1, "loss_sum": 0.0, "steps": 0, "samples": 0}
+        if not self.resume_from:
+            return start
+        resumed = self.store.load(self.resume_from, model, optimizer, loader=loader)
+        if resumed is None:
+            self.say(f"scaletrain: no checkpoint in {self.store.directory} yet; starting from step 0")
+            return start
+        self.resumed = resumed
+        self.last_saved = resumed["step"]
+        position = resumed["loader"] or {"epoch": 0, "batches_done": 0}
+        totals = resumed["extra"].get("epoch_totals", {})
+        # The loss average of the epoch covers all of it; the samples count only what this
+        # process trains, because they are divided by this process's time (samples/s).
+        start.update(loss_sum=totals.get("loss_sum", 0.0), steps=totals.get("steps", 0))
+        start["epoch"] = position["epoch"] + 1
+        if start["epoch"] > epochs:
+            raise UsageError(f"{resumed['path']} is in epoch {start['epoch']} but this run trains {epochs} epoch(s); "
+                             f"use --epochs {start['epoch']} or more to continue it")
+        moved = (f", saved by {resumed['world_size']} process(es), now {self.run.world_size}"
+                 if resumed["world_size"] != self.run.world_size else "")
+        self.say(f"scaletrain: resumed from {resumed['path']} at step {resumed['step']} "
+                 f"(epoch {start['epoch']}, {loader.position()['batches_done']} of {len(loader)} batches already done{moved})")
+        return start
+
+    def after_step(self, model, optimizer, loader, totals: dict) -> None:
+        if self.every and self.run.steps_taken % self.every == 0:
+            self.save(model, optimizer, loader, totals)
+
+    def at_end(self, model, optimizer, loader, totals: dict) -> None:
+        """The final state too, so a finished run can be continued or compared."""
+        if self.every and self.last_saved != self.run.steps_taken:
+            self.save(model, optimizer, loader, totals)
+
+    def save(self, model, optimizer, loader, totals: dict) -> None:
+        loss_sum = totals["loss_sum"]
+        loss_mean = self.run.mean(loss_sum.detach().clone() if isinstance(loss_sum, torch.Tensor) else loss_sum)
+        epoch_totals = {"loss_sum": float(loss_mean), "steps": int(totals["steps"]), "samples": int(totals["samples"])}
+        self.store.save(self.run.steps_taken, model, optimizer, loader=loader, extra={"epoch_totals": epoch_totals})
+        self.last_saved = self.run.steps_taken
+
+    def summary(self) -> dict:
+        facts = {"checkpoint_every": self.every}
+        if self.resumed is not None:
+            facts.update(resumed_from=self.resumed["path"], resumed_at_step=self.resumed["step"])
+        return facts

@@ -1,0 +1,97 @@
+"""Flags of `scaletrain train` for surviving failures: checkpoints, resuming, restarts, hangs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Optional
+
+from ..checkpoint import CHECKPOINTS_DIR, latest_checkpoint, resolve_source
+from ..checkpoint.safe_io import CheckpointError, check_loadable
+from ..environment import DistEnv
+from ..errors import UsageError
+from ..fault.durations import parse_duration
+from .parsing import non_negative_int, positive_int
+
+DEFAULT_TIMEOUT = "10m"
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def resume_source(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected auto or a checkpoint path, got an empty value")
+    return text
+
+
+def add_fault_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("fault tolerance (see docs/fault-tolerance.md)")
+    g.add_argument("--checkpoint-every", type=positive_int, default=0, metavar="STEPS",
+                   help="save a checkpoint into OUT/checkpoints every STEPS training steps, and at the end")
+    g.add_argument("--keep-checkpoints", type=positive_int, default=2, metavar="K",
+                   help="keep the newest K checkpoints (default 2)")
+    g.add_argument("--resume", type=resume_source, metavar="auto|PATH",
+                   help="auto: continue from the newest checkpoint in --out if there is one; PATH: a checkpoint "
+                        "folder, a checkpoints folder or an earlier run's --out")
+    g.add_argument("--max-restarts", type=non_negative_int, default=0, metavar="K",
+                   help="when a process dies, stop the group and restart it up to K times, resuming from the "
+                        "last checkpoint (spawn; under torchrun use its --max-restarts)")
+    g.add_argument("--timeout", type=duration, default=duration(DEFAULT_TIMEOUT), metavar="DURATION",
+                   help=f"how long a rank waits for its peers before naming the missing ones and exiting: "
+                        f"30s, 5m, 1h; a bare number is minutes (default {DEFAULT_TIMEOUT})")
+
+
+def fault_config(args: argparse.Namespace) -> dict:
+    """The TrainConfig fields of these flags. A process restarted by torchrun's agent resumes
+    from the newest checkpoint by itself, as one restarted by scaletrain does."""
+    resume = args.resume
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    if resume is None and restarted and args.checkpoint_every:
+        resume = "auto"
+    return {"checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
+            "resume": resume, "timeout_seconds": args.timeout}
+
+
+def check_fault_flags(args: argparse.Namespace, env: DistEnv, out: Optional[Path]) -> None:
+    """What can be checked before any process starts (or, under a launcher, before joining)."""
+    if env.launched and out is None and (args.checkpoint_every or args.resume == "auto"):
+        raise UsageError("--checkpoint-every and --resume auto need a fixed --out under a launcher (every rank and "
+                         "every restart must find the same folder); add --out DIR")
+    if args.resume not in (None, "auto"):
+        source = Path(args.resume).expanduser()
+        if not source.exists():
+            raise UsageError(f"--resume {args.resume}: no such file or folder; name a checkpoint folder, a "
+                             "checkpoints folder or an earlier run's --out (or use --resume auto)")
+        folder = resolve_source(source)
+        if folder is None:
+            raise UsageError(f"--resume {args.resume}: no complete checkpoint there (a checkpoint folder holds "
+                             "state.pt and COMPLETE); name another one")
+        if not env.launched:  # the ranks check again; refusing here saves starting them
+            try:
+                check_loadable(folder)
+            except CheckpointError as exc:
+                raise UsageError(f"--resume {args.resume}: {exc}") from None
+
+
+def out_may_hold_files(args: argparse.Namespace, out: Path) -> bool:
+    """--resume auto continues the run in --out, so that folder may hold its files."""
+    return args.resume == "auto" and out.is_dir()
+
+
+def restart_argv(argv: list[str], out: Path) -> list[str]:
+    """The command line for a restarted group: resume from the newest checkpoint in --out
+    when there is one (else the original line, with whatever --resume it had)."""
+    if latest_checkpoint(out / CHECKPOINTS_DIR) is None:
+        return argv
+    return [*argv, "--resume", "auto"]  # argparse: the last --resume wins
+
+
+def describe_resume(out: Path) -> str:
+    found = latest_checkpoint(out / CHECKPOINTS_DIR)
+    return f"from {found}" if found is not None else "from the start (no checkpoint written yet)"

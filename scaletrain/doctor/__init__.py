@@ -1,0 +1,1 @@
+"""`scaletrain doctor`: preflight checks for a launch, each problem with its fix."""

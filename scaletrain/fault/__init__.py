@@ -1,0 +1,1 @@
+"""Failures of a distributed run: hang detection (watchdog), durations for --timeout."""

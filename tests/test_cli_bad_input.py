@@ -1,0 +1,155 @@
+"""Bad input across the command line: each case gives ONE line on stderr
+(`scaletrain: error: …`), exit status 2, no traceback, and nothing half-written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from scaletrain.cli import main
+from tests.helpers import scaletrain
+
+# A quick, valid base; each case's own flags come after it and win (argparse: last one counts).
+BASE = ["train", "--workload", "digits-mlp", "--epochs", "1", "--nproc-per-node", "1"]
+
+
+def _file(tmp: Path) -> str:
+    (tmp / "a-file").write_text("x")
+    return str(tmp / "a-file")
+
+
+def _full_folder(tmp: Path) -> str:
+    (tmp / "full").mkdir()
+    (tmp / "full" / "keep.txt").write_text("mine")
+    return str(tmp / "full")
+
+
+def _empty_folder(tmp: Path) -> str:
+    (tmp / "empty").mkdir()
+    return str(tmp / "empty")
+
+
+def _corrupt_checkpoint(tmp: Path) -> str:
+    folder = tmp / "ckpt" / "step-00000003"
+    folder.mkdir(parents=True)
+    (folder / "state.pt").write_bytes(os.urandom(256))
+    (folder / "COMPLETE").write_text("3\n")
+    return str(folder)
+
+
+def _foreign_checkpoint(tmp: Path) -> str:
+    folder = tmp / "other" / "step-00000003"
+    folder.mkdir(parents=True)
+    torch.save({"weights": torch.zeros(2)}, folder / "state.pt")  # loads, but is not ours
+    (folder / "COMPLETE").write_text("3\n")
+    return str(folder)
+
+
+LAUNCHED_ALONE = {"RANK": "0", "WORLD_SIZE": "1", "SCALETRAIN_LAUNCHER": "env"}
+
+# (id, argv after BASE (or a whole command line when it starts with "!"), environment, expected words)
+CASES = [
+    ("unknown-strategy", ["--strategy", "warp"], {}, "invalid choice"),
+    ("nproc-zero", ["--nproc-per-node", "0"], {}, "must be at least 1"),
+    ("nproc-text", ["--nproc-per-node", "two"], {}, "expected a whole number"),
+    ("single-on-two", ["--strategy", "single", "--nproc-per-node", "2"], {}, "use --nproc-per-node 1"),
+    ("nccl-without-cuda", ["--backend", "nccl"], {}, "backend 'nccl'"),
+    ("backend-unknown", ["--backend", "smoke"], {}, "invalid choice"),
+    ("device-cuda-missing", ["--device", "cuda"], {}, "no CUDA device"),
+    ("device-unknown", ["--device", "tpu"], {}, "unknown device"),
+    ("workload-unknown", ["--workload", "imagenet"], {}, "invalid choice"),
+    ("model-not-importable", ["--model", "no_such_module_xyz:build"], {}, "cannot import"),
+    ("model-no-colon", ["--model", "just_a_name"], {}, "expected module:function"),
+    ("model-missing-function", ["--model", "os:no_such_function"], {}, "has no function"),
+    ("model-not-a-module", ["--model", "os:getcwd"], {}, "not a torch.nn.Module"),
+    ("dataset-not-importable", ["--dataset", "no_such_module_xyz:data"], {}, "cannot import"),
+    ("out-not-writable", ["--out", "/proc/scaletrain-out/run"], {}, "--out"),
+    ("out-is-a-file", ["--out", _file], {}, "is a file"),
+    ("out-not-empty", ["--out", _full_folder], {}, "already holds files"),
+    ("epochs-zero", ["--epochs", "0"], {}, "must be at least 1"),
+    ("batch-size-negative", ["--batch-size", "-4"], {}, "must be at least 1"),
+    ("eval-batch-size-zero", ["--eval-batch-size", "0"], {}, "must be at least 1"),
+    ("lr-zero", ["--lr", "0"], {}, "greater than 0"),
+    ("lr-text", ["--lr", "fast"], {}, "expected a number"),
+    ("seed-text", ["--seed", "lucky"], {}, "invalid int value"),
+    ("threads-zero", ["--threads", "0"], {}, "must be at least 1"),
+    ("checkpoint-every-zero", ["--checkpoint-every", "0"], {}, "must be at least 1"),
+    ("checkpoint-every-text", ["--checkpoint-every", "often"], {}, "expected a whole number"),
+    ("keep-checkpoints-zero", ["--keep-checkpoints", "0"], {}, "must be at least 1"),
+    ("resume-empty", ["--resume", " "], {}, "expected auto or a checkpoint path"),
+    ("resume-missing-path", ["--resume", "/no/such/checkpoint"], {}, "no such file or folder"),
+    ("resume-no-checkpoint", ["--resume", _empty_folder], {}, "no complete checkpoint"),
+    ("resume-corrupt", ["--resume", _corrupt_checkpoint], {}, "not a complete checkpoint file"),
+    ("resume-not-ours", ["--resume", _foreign_checkpoint], {}, "is not a scaletrain checkpoint"),
+    ("timeout-text", ["--timeout", "soon"], {}, "expected a duration"),
+    ("timeout-zero", ["--timeout", "0"], {}, "longer than 0"),
+    ("timeout-negative", ["--timeout=-5m"], {}, "expected a duration"),
+    ("timeout-unknown-unit", ["--timeout", "2d"], {}, "expected a duration"),
+    ("max-restarts-negative", ["--max-restarts", "-1"], {}, "must be 0 or more"),
+    ("max-restarts-text", ["--max-restarts", "many"], {}, "expected a whole number"),
+    ("launched-checkpoints-without-out", ["--checkpoint-every", "5"], LAUNCHED_ALONE, "need a fixed --out"),
+    ("launcher-rank-not-a-number", [], {"RANK": "first", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"},
+     "is not a whole number"),
+    ("launcher-without-master", [], {"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR is not"),
+    ("unknown-flag", ["--go-faster"], {}, "unrecognized arguments"),
+    ("unknown-command", ["!", "fly"], {}, "invalid choice"),
+    ("doctor-port-too-big", ["!", "doctor", "--master-port", "70000"], {}, "at most 65535"),
+    ("doctor-nnodes-zero", ["!", "doctor", "--nnodes", "0"], {}, "must be at least 1"),
+    ("doctor-node-rank-outside", ["!", "doctor", "--nnodes", "2", "--node-rank", "5", "--no-self-test"], {},
+     "--node-rank 5 must be from 0 to 1"),
+    ("doctor-timeout-text", ["!", "doctor", "--self-test-timeout", "later"], {}, "expected a duration"),
+]
+
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+                "GROUP_WORLD_SIZE", "SCALETRAIN_LAUNCHER", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+
+
+def build_argv(args: list, tmp: Path) -> tuple[list[str], Path | None]:
+    args = [a(tmp) if callable(a) else a for a in args]
+    if args[:1] == ["!"]:
+        return args[1:], None
+    out = tmp / "out"
+    if "--out" in args or "RANK" in os.environ:
+        return [*BASE, *args], None
+    return [*BASE, "--out", str(out), *args], out
+
+
+def test_at_least_25_kinds():
+    assert len({case[0] for case in CASES}) == len(CASES) >= 25
+
+
+@pytest.mark.parametrize("name,args,environ,expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(name, args, environ, expected, tmp_path, capsys, monkeypatch):
+    for var in _LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in environ.items():
+        monkeypatch.setenv(var, value)
+    argv, out = build_argv(args, tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert status == 2, captured
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("scaletrain") and "error:" in lines[0], lines[0]
+    assert expected in lines[0], lines[0]
+    assert "Traceback" not in captured.err + captured.out
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert after == before, "something was written"
+    assert out is None or not out.exists()
+
+
+@pytest.mark.parametrize("args", [["train", "--strategy", "warp"], ["train", "--timeout", "soon"],
+                                  ["train", "--resume", "/no/such/checkpoint"]], ids=["strategy", "timeout", "resume"])
+def test_bad_input_from_the_real_command(args, tmp_path):
+    """The same, through the installed entry point in a fresh process."""
+    result = scaletrain(*args, "--out", str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
