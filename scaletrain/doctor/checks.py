@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass
 from typing import Optional
 
-from . import interfaces
+from .. import netif
+
+
+def _is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
+
+
+def _addresses() -> dict[str, str]:
+    """{interface name: IPv4 address} of this host."""
+    return {i.name: i.address for i in netif.local_interfaces()}
+
+
+def _interface_for(address: str) -> tuple[Optional[str], str]:
+    """(interface or None, local address) the kernel's route to `address` leaves from."""
+    local = netif.route_source(address)
+    return next((name for name, mine in _addresses().items() if mine == local), None), local
 
 OK, NOTE, PROBLEM = "ok", "note", "PROBLEM"
 
@@ -54,7 +70,7 @@ def check_hostname(plan: Plan) -> list[Finding]:
         return [Finding(level, f"hostname {name!r} does not resolve",
                         f"add '{name}' with this machine's address to /etc/hosts, or set MASTER_ADDR and "
                         "GLOO_SOCKET_IFNAME (NCCL_SOCKET_IFNAME) explicitly")]
-    if interfaces.is_loopback(address):
+    if _is_loopback(address):
         if plan.nnodes > 1:
             return [Finding(PROBLEM, f"hostname {name!r} resolves to {address} (loopback): other machines cannot "
                                      "reach this one by it, and libraries that advertise it make peers connect "
@@ -74,23 +90,23 @@ def check_master(plan: Plan) -> list[Finding]:
         return [Finding(PROBLEM, f"master address {plan.master_addr!r} does not resolve",
                         "set MASTER_ADDR (or --master-addr) to rank 0's IP address or a resolvable name")]
     try:
-        iface, local = interfaces.interface_for(address)
+        iface, local = _interface_for(address)
     except OSError as exc:
         return [Finding(PROBLEM, f"no route to the master {address}: {exc.strerror}",
                         "check MASTER_ADDR; it must be an address of rank 0's machine reachable from here")]
     found = []
-    if plan.nnodes > 1 and interfaces.is_loopback(address):
+    if plan.nnodes > 1 and _is_loopback(address):
         found.append(Finding(PROBLEM, f"master address {plan.master_addr} is loopback but the job spans "
                                       f"{plan.nnodes} nodes",
                              "set MASTER_ADDR to the master's address on the network the nodes share"))
     found.append(Finding(OK, f"master {plan.master_addr} ({address}) is reached through interface "
                              f"{iface or '?'} from {local}"))
     found += _check_ifname(plan, iface)
-    if interfaces.is_local(address):
+    if _is_loopback(address) or address in _addresses().values():
         found.append(_check_port_free(address, plan.master_port))
         return found
     if plan.is_master_node:
-        mine = ", ".join(f"{n} {a}" for n, a in interfaces.interface_addresses().items())
+        mine = ", ".join(f"{n} {a}" for n, a in _addresses().items())
         found.append(Finding(PROBLEM, f"this is node 0, where rank 0 runs, but the master address {address} is not "
                                       f"one of this machine's ({mine})",
                              "on node 0 set MASTER_ADDR to one of its own addresses; on the other nodes give their "
@@ -101,7 +117,7 @@ def check_master(plan: Plan) -> list[Finding]:
 
 def _check_ifname(plan: Plan, routed: Optional[str]) -> list[Finding]:
     found = []
-    names = interfaces.interface_addresses()
+    names = _addresses()
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         value = os.environ.get(var)
         if not value:
@@ -124,7 +140,7 @@ def _check_ifname(plan: Plan, routed: Optional[str]) -> list[Finding]:
 def _check_port_free(address: str, port: int) -> Finding:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
-            sock.bind(("" if interfaces.is_loopback(address) else address, port))
+            sock.bind(("" if _is_loopback(address) else address, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 from ..launch.ports import free_port
