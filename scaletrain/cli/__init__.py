@@ -7,10 +7,10 @@ import sys
 from typing import Optional
 
 from ..errors import UsageError
-from . import env_cmd, train_cmd
+from . import bench_cmd, comm_cmd, env_cmd, plan_cmd, train_cmd
 from .parsing import OneLineParser, fail
 
-COMMANDS = (train_cmd, env_cmd)
+COMMANDS = (train_cmd, env_cmd, bench_cmd, comm_cmd, plan_cmd)
 
 
 def build_parser() -> OneLineParser:
