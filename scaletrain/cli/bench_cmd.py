@@ -151,7 +151,8 @@ def measure_and_report(args, settings, workload, configs, notes, nprocs, options
     if not args.no_predict:
         say("  measuring one process and the all_reduce for the predictions ...")
         probe = make_probe(workload, settings.batch_size, nprocs, options, device=settings.device,
-                           backend=settings.backend, comm_json=args.comm, steps=20, warmup=3, seed=settings.seed)
+                           backend=settings.backend, comm_json=args.comm, steps=settings.steps, warmup=settings.warmup,
+                           seed=settings.seed)
     results = run_rounds(settings, configs, args.repeat, out, say)
     rows = combine(configs, results)
     for row in rows:
