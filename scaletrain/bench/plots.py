@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..measure.steps import PARTS
 
-SPEEDUP_PNG, BREAKDOWN_PNG = "speedup.png", "breakdown.png"
+SPEEDUP_PNG, BREAKDOWN_PNG, ACCURACY_PNG = "speedup.png", "breakdown.png", "accuracy.png"
 _PART_NAMES = {"compute_s": "forward+backward", "exposed_comm_s": "exposed communication", "data_s": "data loading",
                "optimizer_s": "optimizer", "idle_s": "idle"}
 _PART_COLOURS = {"compute_s": "#4878d0", "exposed_comm_s": "#d65f5f", "data_s": "#ee854a",
@@ -53,7 +53,29 @@ def speedup_plot(rows: list[dict], path: Path, title: str) -> Path:
     ax.set_ylim(0, highest * 1.1)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def accuracy_plot(rows: list[dict], path: Path, title: str) -> Path:
+    """Held-out accuracy per configuration, with its effective batch and learning rate."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 0.55 * len(rows) + 1.8), dpi=100)
+    labels = [r["label"] for r in rows]
+    values = [r.get("eval_accuracy", 0.0) for r in rows]
+    ax.barh(labels, values, color="#4878d0")
+    for y, r in enumerate(rows):
+        ax.text(values[y], y, f" {values[y]:.3f}  (batch {r['global_batch_size']}, lr {r['lr']:.2g})",
+                va="center", fontsize=8)
+    ax.invert_yaxis()
+    low = min(values)
+    ax.set_xlim(max(0.0, low - (1 - low) * 2 - 0.02), 1.0 + (1 - low) * 0.8 + 0.02)
+    ax.set_xticks([t for t in ax.get_xticks() if 0 <= t <= 1.0001])  # room for the labels, no ticks past 1
+    ax.set_xlabel("held-out accuracy (axis does not start at 0)" if low > 0.1 else "held-out accuracy")
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -133,7 +133,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
 def measure_and_report(args, settings, workload, configs, notes, nprocs, options, out: Path) -> int:
     from .. import __version__
     from ..bench.orchestrate import combine, run_rounds
-    from ..bench.plots import BREAKDOWN_PNG, SPEEDUP_PNG, breakdown_plot, speedup_plot
+    from ..bench.plots import ACCURACY_PNG, BREAKDOWN_PNG, SPEEDUP_PNG, accuracy_plot, breakdown_plot, speedup_plot
     from ..bench.report import print_table, write_outputs
     from ..plan.make import make_probe
     from ..plan.predict import predict
@@ -170,8 +170,11 @@ def measure_and_report(args, settings, workload, configs, notes, nprocs, options
     print_table(rows, title, settings.accuracy)
     speedup_plot(rows, out / SPEEDUP_PNG, title)
     breakdown_plot(rows, out / BREAKDOWN_PNG, title)
+    plots = [out / SPEEDUP_PNG, out / BREAKDOWN_PNG]
+    if settings.accuracy:
+        plots.append(accuracy_plot(rows, out / ACCURACY_PNG, title))
     document["wall_seconds"] = time.perf_counter() - started
     written = write_outputs(out, document, title, settings.accuracy)
-    say(f"written: {', '.join(str(p) for p in [*written, out / SPEEDUP_PNG, out / BREAKDOWN_PNG])} "
+    say(f"written: {', '.join(str(p) for p in [*written, *plots])} "
         f"({document['wall_seconds']:.0f} s)")
     return 0
