@@ -194,3 +194,10 @@ def test_plan_report_prints_measurements_table_and_conclusions(capsys):
     print_plan(probe, options, predictions, verdicts(predictions, options.device_memory_bytes))
     shown = capsys.readouterr().out
     assert "bus bandwidth 1.00 GB/s" in shown and "pipeline" in shown and "memory/device" in shown
+
+
+def test_more_processes_than_cores_share_them():
+    probe = _probe()
+    p4 = predict(probe, "ddp", 4, _options(procs_per_node=4))  # 4 processes on this 2-core machine
+    assert p4.nodes == 1 and p4.threads == 1
+    assert p4.compute_s == pytest.approx(2 * 0.15)

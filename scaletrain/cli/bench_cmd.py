@@ -125,6 +125,8 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     if len(configs) < 2:
         raise UsageError(f"nothing to compare with the baseline: {'; '.join(notes) or 'no configuration'}; "
                          "use --strategy ddp --nproc 1,2")
+    if args.nproc_per_node is None and device.type == "cpu":
+        args.nproc_per_node = max(nprocs)  # bench runs every configuration on this one machine
     options = options_from_args(args, device.type)
     out = create_out(check_out(args.out or default_out("bench", max(nprocs))))
     return measure_and_report(args, settings, workload, configs, notes, nprocs, options, out)

@@ -35,7 +35,7 @@ def make_probe(workload, batch_size: int, world_sizes: list[int], options: Optio
     device_type = choose_device(device, 0).type
     threads = threads_needed(world_sizes, options, device_type)
     step_s, parts, footprint = measure_compute(workload, batch_size, threads, steps, warmup, seed, device)
-    message = max(footprint.grad_tensor_bytes and max(_buckets(footprint)), 1)
+    message = max(_buckets(footprint) or [1])  # the largest message DDP will send
     link = (load_comm_json(comm_json, message) if comm_json
             else measure_link(message, probe_nproc, backend, device))
     return Probe(workload=workload.name, batch_size=batch_size, device_type=device_type, cores=options.cores,
@@ -45,7 +45,7 @@ def make_probe(workload, batch_size: int, world_sizes: list[int], options: Optio
 def _buckets(footprint) -> list[int]:
     from .formulas import ddp_buckets
 
-    return ddp_buckets(list(footprint.grad_tensor_bytes)) or [footprint.grad_bytes]
+    return ddp_buckets(list(footprint.grad_tensor_bytes)) or ([footprint.grad_bytes] if footprint.grad_bytes else [])
 
 
 def plan(probe: Probe, strategies: list[str], world_sizes: list[int], options: Options) -> list[Prediction]:

@@ -29,6 +29,8 @@ class Scenario:
     threads: int
     busbw: float
     alpha_s: float
+    oversubscription: float = 1.0
+    """More processes than cores on a CPU machine: each gets this share less of a core."""
 
 
 @dataclass(frozen=True)
@@ -80,14 +82,13 @@ def scenario(n: int, options: Options, link: Link, device_type: str) -> Scenario
     if nodes > 1:  # the ring crosses the network: as slow as the slower of the two
         busbw = min(busbw, options.link_gbps * 1e9 / 8)
         alpha = max(alpha, options.link_latency_s)
-    return Scenario(n, per_node, nodes, threads, busbw, alpha)
+    crowded = per_node / options.cores if device_type != "cuda" and per_node > options.cores else 1.0
+    return Scenario(n, per_node, nodes, threads, busbw, alpha, crowded)
 
 
-def _compute(probe: Probe, threads: int) -> float:
-    if threads in probe.step_s:
-        return probe.step_s[threads]
-    nearest = min(probe.step_s, key=lambda t: abs(t - threads))
-    return probe.step_s[nearest]
+def _compute(probe: Probe, threads: int, oversubscription: float = 1.0) -> float:
+    nearest = threads if threads in probe.step_s else min(probe.step_s, key=lambda t: abs(t - threads))
+    return probe.step_s[nearest] * oversubscription
 
 
 def _single(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
@@ -96,13 +97,13 @@ def _single(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
     fp = probe.footprint
     memory = f.memory_replicated(fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes,
                                  fp.activation_bytes_per_sample * probe.batch_size)
-    return {"compute": _compute(probe, s.threads), "comm": 0.0, "exposed": 0.0, "batch": probe.batch_size,
+    return {"compute": _compute(probe, s.threads, s.oversubscription), "comm": 0.0, "exposed": 0.0, "batch": probe.batch_size,
             "memory": memory}
 
 
 def _ddp(probe: Probe, s: Scenario, o: Options) -> dict:
     fp = probe.footprint
-    compute = _compute(probe, s.threads)
+    compute = _compute(probe, s.threads, s.oversubscription)
     comm = f.ddp_comm_seconds(list(fp.grad_tensor_bytes), s.world_size, s.busbw, s.alpha_s)
     memory = f.memory_replicated(fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes,
                                  fp.activation_bytes_per_sample * probe.batch_size)
@@ -112,7 +113,7 @@ def _ddp(probe: Probe, s: Scenario, o: Options) -> dict:
 
 def _fsdp(probe: Probe, s: Scenario, o: Options) -> dict:
     fp = probe.footprint
-    compute = _compute(probe, s.threads)
+    compute = _compute(probe, s.threads, s.oversubscription)
     units = max(1, len(fp.block_param_bytes))
     comm = f.fsdp_comm_seconds(fp.param_bytes, fp.grad_bytes, s.world_size, units, s.busbw, s.alpha_s)
     memory = f.memory_sharded(fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes,
@@ -129,7 +130,7 @@ def _pipeline(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
     stage = f.largest_stage_bytes(list(fp.block_param_bytes), p)
     if stage is None:
         return None  # more stages than the model has blocks
-    compute = _compute(probe, s.threads)
+    compute = _compute(probe, s.threads, s.oversubscription)
     # Each micro-batch crosses p-1 boundaries forward (activations) and backward (their gradients).
     per_transfer = fp.boundary_bytes_per_sample * probe.batch_size / m
     transfer = 0.0 if p == 1 else 2 * (m + p - 2) * (per_transfer / s.busbw + s.alpha_s)
