@@ -3,7 +3,8 @@
     python benchmarks/plan_vs_bench.py [--workloads synthetic-cnn,digits-mlp] [--rounds 3]
 
 Every command runs under `flock /tmp/scaletrain-bench.lock` (one measurement at a time on a
-shared machine); plan and bench alternate within each round and the medians are compared.
+shared machine; `--lock-held` when the whole script already runs under it); plan and bench
+alternate within each round and the medians are compared.
 Exits 1 when a workload's median prediction is more than 20% away from its median measurement.
 """
 
@@ -22,10 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 LOCK = "/tmp/scaletrain-bench.lock"
 
 
+LOCK_HELD = False
+
+
 def _run(args: list[str]) -> str:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    cmd = ["flock", LOCK, sys.executable, "-m", "scaletrain", *args]
+    cmd = ([] if LOCK_HELD else ["flock", LOCK]) + [sys.executable, "-m", "scaletrain", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, check=True).stdout
 
 
@@ -51,7 +55,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="synthetic-cnn,digits-mlp")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lock-held", action="store_true", help="the caller holds the lock already")
     args = parser.parse_args()
+    global LOCK_HELD
+    LOCK_HELD = args.lock_held
     ok = True
     for workload in args.workloads.split(","):
         plans, benches = [], []

@@ -201,3 +201,17 @@ def test_more_processes_than_cores_share_them():
     p4 = predict(probe, "ddp", 4, _options(procs_per_node=4))  # 4 processes on this 2-core machine
     assert p4.nodes == 1 and p4.threads == 1
     assert p4.compute_s == pytest.approx(2 * 0.15)
+
+
+def test_bench_measures_sync_and_nosync_steps_in_blocks():
+    from scaletrain.bench.worker import measured_kinds
+
+    assert measured_kinds(3, 1) == ["sync"] * 3
+    kinds = measured_kinds(7, 2)
+    assert kinds == (["sync"] * 5 + ["nosync"] * 5) * 2
+
+
+def test_corun_takes_the_slowest_copy_step_by_step():
+    from scaletrain.plan.corun import slowest_per_step
+
+    assert slowest_per_step([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5, 9.0]]) == [3.0, 5.0, 2.5]

@@ -1,7 +1,7 @@
 """One bench configuration, measured as one rank of a job (written on the public API).
 
-Throughput runs: warm-up steps, then synchronised and no-sync steps alternately, so that
-exposed communication is the difference of two medians taken under the same load.
+Throughput runs: warm-up steps, then blocks of synchronised and no-sync steps in turn, so
+that exposed communication is the difference of two medians taken under the same load.
 Accuracy runs: whole epochs of synchronised steps with the learning-rate rule and warm-up,
 the held-out evaluation, then a few no-sync steps for the breakdown.
 """
@@ -17,6 +17,21 @@ from ..measure.steps import NOSYNC, SYNC, PARTS, breakdown, forever, timed_steps
 from ..workloads import get_workload
 from .lr import lr_factor, warmup_multiplier
 from .spec import BenchSettings
+
+
+#: Synchronised and no-sync steps alternate in blocks of this many, so that both see the same
+#: load, while a synchronised step rarely follows a no-sync one: processes drift apart during
+#: no-sync steps and the next synchronised step would absorb that drift as waiting.
+BLOCK = 5
+
+
+def measured_kinds(steps: int, world_size: int) -> list[str]:
+    """`steps` synchronised steps (rounded up to whole blocks), as many no-sync ones between
+    them; one process has nothing to synchronise and runs synchronised steps only."""
+    if world_size == 1:
+        return [SYNC] * steps
+    blocks = -(-steps // BLOCK)
+    return ([SYNC] * BLOCK + [NOSYNC] * BLOCK) * blocks
 
 
 def measure(settings: BenchSettings, strategy: str, threads: int | None, lr_scaling: str) -> dict:
@@ -45,9 +60,7 @@ def measure(settings: BenchSettings, strategy: str, threads: int | None, lr_scal
             result["epochs"] = epochs
             skip_nosync = settings.warmup
         else:
-            # One process has nothing to synchronise: no no-sync steps to compare with.
-            pair = [SYNC, NOSYNC] if run.world_size > 1 else [SYNC]
-            kinds = [SYNC] * settings.warmup + pair * settings.steps
+            kinds = [SYNC] * settings.warmup + measured_kinds(settings.steps, run.world_size)
             timed_steps(run, model, optimizer, batches, F.cross_entropy, kinds, clock, scheduler)
             skip_nosync = 0
         parts = breakdown(clock, settings.warmup, skip_nosync)

@@ -152,7 +152,8 @@ def measure_and_report(args, settings, workload, configs, notes, nprocs, options
     probe = None
     if not args.no_predict:
         say("  measuring one process and the all_reduce for the predictions ...")
-        probe = make_probe(workload, settings.batch_size, nprocs, options, device=settings.device,
+        spec = {"workload": settings.workload, "model": settings.model, "dataset": settings.dataset}
+        probe = make_probe(workload, spec, settings.batch_size, nprocs, options, device=settings.device,
                            backend=settings.backend, comm_json=args.comm, steps=settings.steps, warmup=settings.warmup,
                            seed=settings.seed)
     results = run_rounds(settings, configs, args.repeat, out, say)

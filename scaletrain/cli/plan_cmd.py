@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if args.comm is not None and not args.comm.is_file():
         raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
     workload = workload_from_args(args)
-    probe = make_probe(workload, args.batch_size, world_sizes, options, device=device,
+    spec = {"workload": args.workload, "model": args.model, "dataset": args.dataset}
+    probe = make_probe(workload, spec, args.batch_size, world_sizes, options, device=device,
                        backend=None if args.backend == "auto" else args.backend, comm_json=args.comm,
                        steps=args.steps, warmup=args.warmup, seed=args.seed)
     predictions = plan(probe, strategies, world_sizes, options)

@@ -27,19 +27,31 @@ def default_options(device_type: str, procs_per_node: Optional[int] = None, link
                    device_memory_bytes=memory)
 
 
-def make_probe(workload, batch_size: int, world_sizes: list[int], options: Options, *, device: Optional[str],
-               backend: Optional[str], comm_json: Optional[Path], steps: int, warmup: int, seed: int,
-               probe_nproc: int = 2) -> Probe:
+def make_probe(workload, spec: dict, batch_size: int, world_sizes: list[int], options: Options, *,
+               device: Optional[str], backend: Optional[str], comm_json: Optional[Path], steps: int, warmup: int,
+               seed: int, probe_nproc: int = 2) -> Probe:
+    """`spec`: the workload as names ({"workload", "model", "dataset"}), for the processes
+    that measure it."""
     from ..devices import choose_device
 
     device_type = choose_device(device, 0).type
     threads = threads_needed(world_sizes, options, device_type)
-    step_s, parts, footprint = measure_compute(workload, batch_size, threads, steps, warmup, seed, device)
+    spec = {**spec, "batch_size": batch_size, "device": device, "seed": seed}
+    step_s, footprint = measure_compute(workload, spec, threads, copies_per_thread_count(threads, options, device_type),
+                                        steps, warmup)
     message = max(_buckets(footprint) or [1])  # the largest message DDP will send
     link = (load_comm_json(comm_json, message) if comm_json
             else measure_link(message, probe_nproc, backend, device))
     return Probe(workload=workload.name, batch_size=batch_size, device_type=device_type, cores=options.cores,
-                 step_s=step_s, parts=parts, footprint=footprint, link=link)
+                 step_s=step_s, footprint=footprint, link=link)
+
+
+def copies_per_thread_count(threads: list[int], options: Options, device_type: str) -> dict[int, int]:
+    """How many processes share a CPU machine when each has `t` threads: cores ÷ t (at most
+    the processes per machine). On GPUs each process has its own device: one copy."""
+    if device_type == "cuda":
+        return {t: 1 for t in threads}
+    return {t: max(1, min(options.procs_per_node, options.cores // t)) for t in threads}
 
 
 def _buckets(footprint) -> list[int]:

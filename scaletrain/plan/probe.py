@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UsageError
-from ..measure.clock import Clock, median
+from ..measure.clock import median
 from ..measure.footprint import Footprint, measure_footprint
-from ..measure.steps import SYNC, breakdown, forever, timed_steps
+from ..measure.steps import forever
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,6 @@ class Probe:
     cores: int
     step_s: dict = field(default_factory=dict)
     """threads -> median seconds of one step of one process (data + forward/backward + optimizer)."""
-    parts: dict = field(default_factory=dict)
-    """threads -> that step's breakdown."""
     footprint: Optional[Footprint] = None
     link: Optional[Link] = None
 
@@ -46,33 +44,35 @@ class Probe:
         return asdict(self)
 
 
-def measure_compute(workload, batch_size: int, threads_list: list[int], steps: int, warmup: int, seed: int,
-                    device: Optional[str], rounds: int = 2) -> tuple[dict, dict, Footprint]:
-    """One process, the `single` strategy, at each thread count in turn; `rounds` passes
-    over the thread counts, alternating, so that load from elsewhere hits them alike."""
-    from ..api import init
+def measure_compute(workload, spec: dict, threads_list: list[int], copies: dict, steps: int, warmup: int,
+                    rounds: int = 2) -> tuple[dict, Footprint]:
+    """Step time for each thread count, measured with as many copies running at once as
+    the predictions put on one machine (`copies[threads]`), in `rounds` alternating passes
+    so that load from elsewhere hits every thread count alike; and the model's footprint."""
+    from .corun import corun_step_walls, slowest_per_step
 
     walls: dict[int, list[float]] = {t: [] for t in threads_list}
-    parts: dict[int, list[dict]] = {t: [] for t in threads_list}
-    footprint = None
     for _ in range(rounds):
         for threads in threads_list:
-            with init(strategy="single", device=device, threads=threads, seed=seed) as run:
-                train_set, _ = workload.build_datasets(seed)
-                model = workload.build_model()
-                optimizer = torch.optim.Adam(model.parameters(), lr=workload.lr)
-                model, optimizer = run.setup(model, optimizer)
-                batches = forever(run.loader(train_set, batch_size=batch_size, shuffle=True, drop_last=True))
-                clock = Clock(run.device)
-                timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * (warmup + steps), clock)
-                walls[threads].extend(clock.step_walls(SYNC, warmup))
-                parts[threads].append(breakdown(clock, warmup))
-                if footprint is None:
-                    inputs, targets = next(batches)
-                    footprint = measure_footprint(run.unwrap(model), optimizer, inputs, targets, F.cross_entropy)
-    step_s = {t: median(w) for t, w in walls.items()}
-    merged = {t: {k: median([p[k] for p in ps]) for k in ps[0]} for t, ps in parts.items()}
-    return step_s, merged, footprint
+            measured = corun_step_walls(copies[threads], {**spec, "threads": threads, "steps": steps,
+                                                          "warmup": warmup})
+            walls[threads].extend(slowest_per_step(measured))
+    return {t: median(w) for t, w in walls.items()}, measure_model_footprint(workload, spec)
+
+
+def measure_model_footprint(workload, spec: dict) -> Footprint:
+    """Byte counts after one real step (so the optimizer's state exists), in this process."""
+    from ..api import init
+
+    with init(strategy="single", device=spec["device"], threads=None, seed=spec["seed"], environ={}) as run:
+        train_set, _ = workload.build_datasets(spec["seed"])
+        model = workload.build_model()
+        optimizer = torch.optim.Adam(model.parameters(), lr=workload.lr)
+        model, optimizer = run.setup(model, optimizer)
+        batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
+        inputs, targets = next(batches)
+        run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
+        return measure_footprint(run.unwrap(model), optimizer, inputs, targets, F.cross_entropy)
 
 
 def link_from_rows(rows: list[dict], message_bytes: float, source: str) -> Link:
