@@ -40,7 +40,8 @@ def test_comm_table_shows_sizes_and_bandwidths(comm_json, capsys):
 
 
 def test_plan_predicts_every_strategy_and_size_and_what_fits(comm_json):
-    result = scaletrain("plan", "--workload", "digits-mlp", "--steps", "3", "--warmup", "1", "--comm",
+    result = scaletrain("plan", "--workload", "digits-mlp", "--steps", "3", "--warmup", "1", "--probe-rounds", "1",
+                        "--comm",
                         str(comm_json), "--device-memory-gb", "0.0025", "--json", timeout=120)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)

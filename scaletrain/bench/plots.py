@@ -22,6 +22,19 @@ def _pyplot():
     return plt
 
 
+def _bar_figure(rows: list[dict]):
+    """A figure with one horizontal bar row per configuration, tall enough for all."""
+    return _pyplot().subplots(figsize=(6.4, 0.6 * len(rows) + 1.8), dpi=100)
+
+
+def _save(fig, ax, path: Path, title: str) -> Path:
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    _pyplot().close(fig)
+    return path
+
+
 def speedup_plot(rows: list[dict], path: Path, title: str) -> Path:
     """Measured speedup per strategy against world size, the ideal line (speedup = processes),
     the threads-only baseline (1×) and, where the plan has a model, the predicted speedup."""
@@ -51,19 +64,14 @@ def speedup_plot(rows: list[dict], path: Path, title: str) -> Path:
     ax.set_ylabel("speedup (samples/s ÷ baseline samples/s)")
     highest = max([top, *(r["speedup"] for r in rows), *(r.get("predicted_speedup") or 0 for r in rows)])
     ax.set_ylim(0, highest * 1.1)
-    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def accuracy_plot(rows: list[dict], path: Path, title: str) -> Path:
     """Held-out accuracy per configuration, with its effective batch and learning rate."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 0.55 * len(rows) + 1.8), dpi=100)
+    fig, ax = _bar_figure(rows)
     labels = [r["label"] for r in rows]
     values = [r.get("eval_accuracy", 0.0) for r in rows]
     ax.barh(labels, values, color="#4878d0")
@@ -75,17 +83,12 @@ def accuracy_plot(rows: list[dict], path: Path, title: str) -> Path:
     ax.set_xlim(max(0.0, low - (1 - low) * 2 - 0.02), 1.0 + (1 - low) * 0.8 + 0.02)
     ax.set_xticks([t for t in ax.get_xticks() if 0 <= t <= 1.0001])  # room for the labels, no ticks past 1
     ax.set_xlabel("held-out accuracy (axis does not start at 0)" if low > 0.1 else "held-out accuracy")
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def breakdown_plot(rows: list[dict], path: Path, title: str) -> Path:
     """One stacked bar per configuration: where a step's time goes, in milliseconds."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 0.6 * len(rows) + 1.8), dpi=100)
+    fig, ax = _bar_figure(rows)
     labels = [r["label"] for r in rows]
     left = [0.0] * len(rows)
     for part in PARTS:
@@ -98,9 +101,5 @@ def breakdown_plot(rows: list[dict], path: Path, title: str) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds per step (median)")
     ax.set_xlim(0, max(left) * 1.45)
-    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)

@@ -155,7 +155,7 @@ def measure_and_report(args, settings, workload, configs, notes, nprocs, options
         spec = {"workload": settings.workload, "model": settings.model, "dataset": settings.dataset}
         probe = make_probe(workload, spec, settings.batch_size, nprocs, options, device=settings.device,
                            backend=settings.backend, comm_json=args.comm, steps=settings.steps, warmup=settings.warmup,
-                           seed=settings.seed)
+                           seed=settings.seed, rounds=args.probe_rounds)
     results = run_rounds(settings, configs, args.repeat, out, say)
     rows = combine(configs, results)
     for row in rows:

@@ -51,6 +51,8 @@ def add_prediction_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overlap", type=float,
                    help="share (0-1) of compute that hides communication (default: 1 on GPUs, 0 on CPUs)")
     p.add_argument("--microbatches", type=positive_int, default=4, help="pipeline micro-batches per step (default 4)")
+    p.add_argument("--probe-rounds", type=positive_int, default=2,
+                   help="alternating passes over the thread counts when measuring compute (default 2)")
     p.add_argument("--device-memory-gb", type=positive_float,
                    help="memory of one device (default: the GPU's, or this machine's RAM ÷ processes)")
 
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     spec = {"workload": args.workload, "model": args.model, "dataset": args.dataset}
     probe = make_probe(workload, spec, args.batch_size, world_sizes, options, device=device,
                        backend=None if args.backend == "auto" else args.backend, comm_json=args.comm,
-                       steps=args.steps, warmup=args.warmup, seed=args.seed)
+                       steps=args.steps, warmup=args.warmup, seed=args.seed, rounds=args.probe_rounds)
     predictions = plan(probe, strategies, world_sizes, options)
     conclusions = verdicts(predictions, options.device_memory_bytes)
     if args.json:

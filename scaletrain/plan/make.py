@@ -29,7 +29,7 @@ def default_options(device_type: str, procs_per_node: Optional[int] = None, link
 
 def make_probe(workload, spec: dict, batch_size: int, world_sizes: list[int], options: Options, *,
                device: Optional[str], backend: Optional[str], comm_json: Optional[Path], steps: int, warmup: int,
-               seed: int, probe_nproc: int = 2) -> Probe:
+               seed: int, probe_nproc: int = 2, rounds: int = 2) -> Probe:
     """`spec`: the workload as names ({"workload", "model", "dataset"}), for the processes
     that measure it."""
     from ..devices import choose_device
@@ -38,7 +38,7 @@ def make_probe(workload, spec: dict, batch_size: int, world_sizes: list[int], op
     threads = threads_needed(world_sizes, options, device_type)
     spec = {**spec, "batch_size": batch_size, "device": device, "seed": seed}
     step_s, footprint = measure_compute(workload, spec, threads, copies_per_thread_count(threads, options, device_type),
-                                        steps, warmup)
+                                        steps, warmup, rounds)
     message = max(_buckets(footprint) or [1])  # the largest message DDP will send
     link = (load_comm_json(comm_json, message) if comm_json
             else measure_link(message, probe_nproc, backend, device))
