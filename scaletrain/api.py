@@ -102,12 +102,18 @@ class Run:
         Returns the loss as a detached tensor: no host synchronisation in the hot loop."""
         with self._op("train step"):
             optimizer.zero_grad(set_to_none=True)
-            loss = self.strategy.forward_backward(self, model, inputs, targets, loss_fn)
+            loss = self.forward_backward(model, inputs, targets, loss_fn)
             optimizer.step()
         self.steps_taken += 1
         if self._watchdog is not None:
             self._watchdog.step = self.steps_taken
         return loss
+
+    def forward_backward(self, model: nn.Module, inputs, targets, loss_fn: Callable = F.cross_entropy,
+                         scale: float = 1.0) -> torch.Tensor:
+        """Forward and backward only (gradients synchronised unless inside `no_sync`): the
+        middle of `train_step`, for loops that time or accumulate the parts themselves."""
+        return self.strategy.forward_backward(self, model, inputs, targets, loss_fn, scale)
 
     def no_sync(self, model: nn.Module):
         """Context for gradient accumulation: backward inside it does not communicate;

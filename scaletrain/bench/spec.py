@@ -1,0 +1,73 @@
+"""What one bench configuration is, and how it travels to the processes that measure it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One configuration: a strategy on a number of processes, measured in fresh processes."""
+    strategy: str
+    """A registered strategy name."""
+    nproc: int
+    """Processes (world size)."""
+    threads: Optional[int] = None
+    """CPU threads per process; None: cores ÷ processes."""
+    lr_scaling: str = "none"
+    """Learning-rate rule for the effective batch (accuracy runs): none, linear or sqrt."""
+    label: str = ""
+    """What the row is called in tables and plots."""
+    baseline: bool = False
+    """The one-process, all-cores run every speedup is measured against."""
+
+    @property
+    def key(self) -> str:
+        return self.label or f"{self.strategy}×{self.nproc}"
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What every configuration of one bench shares."""
+    workload: str = "synthetic-cnn"
+    model: Optional[str] = None
+    dataset: Optional[str] = None
+    batch_size: int = 32
+    steps: int = 30
+    """Measured synchronised steps (throughput runs); as many no-sync steps are interleaved."""
+    warmup: int = 5
+    """Steps left out of every median first."""
+    accuracy: bool = False
+    """Train whole epochs and report held-out accuracy instead of a fixed number of steps."""
+    epochs: Optional[int] = None
+    lr: Optional[float] = None
+    lr_warmup_steps: Optional[int] = None
+    """Steps of linear learning-rate warm-up; None: one epoch."""
+    seed: int = 0
+    backend: Optional[str] = None
+    device: Optional[str] = None
+    strategy_options: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def to_argv(settings: BenchSettings, spec: RunSpec) -> list[str]:
+    """The `scaletrain bench` command line that measures `spec` as one rank of a job."""
+    argv = ["bench", "--strategy", spec.strategy, "--workload", settings.workload,
+            "--batch-size", str(settings.batch_size), "--steps", str(settings.steps),
+            "--warmup", str(settings.warmup), "--seed", str(settings.seed), "--lr-scaling", spec.lr_scaling]
+    for flag, value in (("--model", settings.model), ("--dataset", settings.dataset),
+                        ("--epochs", settings.epochs), ("--lr", settings.lr),
+                        ("--lr-warmup-steps", settings.lr_warmup_steps), ("--backend", settings.backend),
+                        ("--device", settings.device), ("--threads", spec.threads)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if settings.accuracy:
+        argv.append("--accuracy")
+    return argv
+
+
+def field_names(cls) -> list[str]:
+    return [f.name for f in fields(cls)]

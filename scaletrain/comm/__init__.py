@@ -1,0 +1,1 @@
+"""`scaletrain comm`: how fast the collectives are, in the manner of nccl-tests."""

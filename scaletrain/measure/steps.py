@@ -1,0 +1,71 @@
+"""The timed training loop that `bench` and `plan` share, and the per-step time breakdown.
+
+A step is cut by marks into: data (waiting for the next batch), forward+backward (with the
+gradients' synchronisation, on a "sync" step), optimizer (zero_grad, step and the learning-rate
+schedule). Exposed communication is what a synchronised forward+backward takes longer than one
+run inside `run.no_sync` (same work, no gradient communication); idle is the rest of the step's
+wall time that none of the parts explains (loop overhead, waiting on another process).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Optional
+
+import torch
+
+from .clock import Clock, median
+
+SYNC, NOSYNC = "sync", "nosync"
+
+
+def forever(loader: Iterable) -> Iterator:
+    """Batches without end: each pass over the loader is a new epoch (a new order)."""
+    while True:
+        yield from loader
+
+
+def timed_steps(run, model, optimizer, batches: Iterator, loss_fn: Callable, kinds: list[str], clock: Clock,
+                scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None) -> None:
+    """Runs one training step per entry of `kinds`, recording marks on `clock`. The same
+    calls as `run.train_step`, split so that each part can be timed; nothing waits on the
+    device (no .item()), so the measurement does not slow the steps down."""
+    for kind in kinds:
+        clock.start_step(kind)
+        inputs, targets = next(batches)
+        clock.mark("data")
+        optimizer.zero_grad(set_to_none=True)
+        if kind == NOSYNC:
+            with run.no_sync(model):
+                run.forward_backward(model, inputs, targets, loss_fn)
+        else:
+            run.forward_backward(model, inputs, targets, loss_fn)
+        clock.mark("fb")
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        clock.mark("opt")
+    clock.start_step("end")  # closes the last step's wall time
+
+
+def breakdown(clock: Clock, skip: int = 0, skip_nosync: int = 0) -> dict:
+    """Median seconds per part over the measured steps (warm-up left out)."""
+    data = median(clock.intervals("start", "data", SYNC, skip))
+    fb_sync = median(clock.intervals("data", "fb", SYNC, skip))
+    nosync = clock.intervals("data", "fb", NOSYNC, skip_nosync)
+    fb_nosync = median(nosync) if nosync else fb_sync
+    optimizer = median(clock.intervals("fb", "opt", SYNC, skip))
+    step = median(clock.step_walls(SYNC, skip))
+    compute = min(fb_sync, fb_nosync)
+    return {
+        "step_s": step,
+        "data_s": data,
+        "compute_s": compute,
+        "exposed_comm_s": max(0.0, fb_sync - fb_nosync),
+        "optimizer_s": optimizer,
+        "idle_s": max(0.0, step - data - fb_sync - optimizer),
+        "measured_steps": len(clock.intervals("start", "data", SYNC, skip)),
+        "nosync_steps": len(nosync),
+    }
+
+
+PARTS = ("compute_s", "exposed_comm_s", "data_s", "optimizer_s", "idle_s")

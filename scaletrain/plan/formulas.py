@@ -1,0 +1,126 @@
+"""The cost model, as pure functions of measured numbers (seconds, bytes, bytes per second).
+
+Notation: n processes, S bytes in a message, busbw the bus bandwidth (bytes/s) and alpha
+the latency of one step of a ring (seconds). A ring all-reduce sends 2(n-1) chunks of S/n
+bytes one after the other, an all-gather or a reduce-scatter (n-1) of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: DistributedDataParallel's bucket sizes: the first bucket (the last layers' gradients,
+#: ready first) is capped small so communication starts early; the others at 25 MiB.
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def ring_all_reduce_seconds(nbytes: float, n: int, busbw: float, alpha: float) -> float:
+    """2(n-1)/n × S / busbw + 2(n-1) × alpha; nothing to do on one process."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / busbw + 2 * (n - 1) * alpha
+
+
+def ring_all_gather_seconds(nbytes: float, n: int, busbw: float, alpha: float) -> float:
+    """All-gather (or reduce-scatter) of a total of S bytes: (n-1)/n × S / busbw + (n-1) × alpha."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return (n - 1) / n * nbytes / busbw + (n - 1) * alpha
+
+
+def ddp_buckets(grad_tensor_bytes: list[int], first: int = DDP_FIRST_BUCKET_BYTES,
+                cap: int = DDP_BUCKET_BYTES) -> list[int]:
+    """Sizes of the messages DDP sends: gradients in backward order, packed into a bucket
+    until it reaches its cap (a bucket holds whole tensors, so it may exceed the cap)."""
+    buckets, current, limit = [], 0, first
+    for size in grad_tensor_bytes:
+        current += size
+        if current >= limit:
+            buckets.append(current)
+            current, limit = 0, cap
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def ddp_comm_seconds(grad_tensor_bytes: list[int], n: int, busbw: float, alpha: float) -> float:
+    """The gradients all-reduced bucket by bucket: each bucket pays the ring's latency."""
+    return sum(ring_all_reduce_seconds(b, n, busbw, alpha) for b in ddp_buckets(grad_tensor_bytes))
+
+
+def fsdp_comm_seconds(param_bytes: float, grad_bytes: float, n: int, units: int, busbw: float,
+                      alpha: float) -> float:
+    """FSDP gathers each unit's parameters for forward and again for backward (they are
+    freed in between), and reduce-scatters the gradients: 3 collectives per unit."""
+    units = max(1, units)
+    gathers = 2 * units * ring_all_gather_seconds(param_bytes / units, n, busbw, alpha)
+    return gathers + units * ring_all_gather_seconds(grad_bytes / units, n, busbw, alpha)
+
+
+def exposed_seconds(comm: float, hideable: float, overlap: float) -> float:
+    """Communication left on the critical path when `overlap` (0..1) of the `hideable`
+    compute can run at the same time as it."""
+    return max(0.0, comm - overlap * hideable)
+
+
+def pipeline_bubble(stages: int, microbatches: int) -> float:
+    """Fraction of a pipeline step that a stage waits: (p-1)/(m+p-1)."""
+    return (stages - 1) / (microbatches + stages - 1)
+
+
+def pipeline_step_seconds(compute: float, stages: int, microbatches: int, transfer: float) -> float:
+    """A step of `stages` equal stages sharing `compute` seconds of work, stretched by the
+    bubble, plus `transfer` seconds of activations and gradients sent between stages."""
+    busy = compute / stages
+    return busy / (1 - pipeline_bubble(stages, microbatches)) + transfer
+
+
+def speedup(step_seconds: float, global_batch: int, baseline_step_seconds: float, baseline_batch: int) -> float:
+    """Samples per second against the one-process baseline's samples per second."""
+    return (global_batch / step_seconds) / (baseline_batch / baseline_step_seconds)
+
+
+def largest_stage_bytes(block_bytes: list[int], stages: int) -> int | None:
+    """Consecutive blocks cut into `stages` non-empty stages so that the largest stage is as
+    small as possible; returns that largest stage's bytes, or None when there are fewer
+    blocks than stages (a pipeline cannot have empty stages)."""
+    if stages < 1 or stages > len(block_bytes):
+        return None
+
+    def stages_needed(cap: int) -> int:
+        count, current = 1, 0
+        for size in block_bytes:
+            if current + size > cap:
+                count, current = count + 1, 0
+            current += size
+        return count
+
+    low, high = max(block_bytes), sum(block_bytes)
+    while low < high:  # the smallest cap that packs into `stages` groups (more groups only shrink it)
+        middle = (low + high) // 2
+        if stages_needed(middle) <= stages:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def memory_replicated(params: float, grads: float, optimizer: float, activations: float) -> float:
+    """Every process holds the whole model, its gradients and its optimizer state (ddp, single)."""
+    return params + grads + optimizer + activations
+
+
+def memory_sharded(params: float, grads: float, optimizer: float, activations: float, n: int,
+                   largest_unit: float) -> float:
+    """FSDP: a 1/n shard of everything, plus one unit gathered whole (parameters and gradients)."""
+    return (params + grads + optimizer) / n + 2 * largest_unit + activations
+
+
+def memory_pipeline(stage_bytes: float, model_bytes: float, params: float, grads: float, optimizer: float,
+                    activations: float, stages: int, microbatches: int) -> float:
+    """A stage holds its blocks' share of parameters, gradients and optimizer state, and the
+    activations of the micro-batches in flight (1F1B keeps at most `stages` of them)."""
+    share = stage_bytes / model_bytes if model_bytes else 1 / stages
+    in_flight = min(stages, microbatches) / microbatches
+    return share * (params + grads + optimizer) + activations / stages * in_flight

@@ -1,0 +1,43 @@
+"""The plain-words conclusions of a plan: does distributing pay, and does the model fit."""
+
+from __future__ import annotations
+
+from .predict import Prediction
+
+#: Below this speedup the extra processes are not worth their cost and complexity.
+PAYS_AT = 1.1
+
+
+def gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.3g} MB"
+
+
+def verdicts(predictions: list[Prediction], device_memory_bytes: float) -> list[str]:
+    lines = []
+    single = next((p for p in predictions if p.world_size == 1), None)
+    if single is not None and not single.fits:
+        lines.append(f"The model does not fit one device: {gb(single.memory_bytes)} needed, "
+                     f"{gb(device_memory_bytes)} available (--device-memory-gb).")
+        smallest: dict[str, Prediction] = {}
+        for p in predictions:
+            if p.fits and p.world_size > 1 and (p.strategy not in smallest or p.world_size < smallest[p.strategy].world_size):
+                smallest[p.strategy] = p
+        if smallest:
+            for p in sorted(smallest.values(), key=lambda p: p.world_size):
+                lines.append(f"  {p.strategy} fits from {p.world_size} processes: {gb(p.memory_bytes)} per device.")
+        else:
+            lines.append("  No strategy and world size planned here fits; try larger --world-sizes or fsdp/pipeline.")
+    multi = [p for p in predictions if p.world_size > 1 and p.fits]
+    if not multi:
+        return lines
+    best = max(multi, key=lambda p: p.speedup)
+    if best.speedup < PAYS_AT:
+        comm = max(best.exposed_comm_s, 0.0)
+        lines.append(f"Distributing will not pay here: the best prediction is {best.speedup:.2f}× "
+                     f"({best.strategy} on {best.world_size} processes), because each step would spend "
+                     f"{comm * 1e3:.1f} ms communicating against {best.compute_s * 1e3:.1f} ms of compute"
+                     f"{' at ' + str(best.threads) + ' thread(s) per process' if best.threads else ''}.")
+    else:
+        lines.append(f"Best predicted: {best.strategy} on {best.world_size} processes, {best.speedup:.2f}× "
+                     f"({best.efficiency:.0%} efficiency).")
+    return lines

@@ -1,0 +1,61 @@
+"""`scaletrain comm` (its own 2-process job) and `scaletrain plan` reading its result, end to
+end; no timing assertions (the machine is shared), only sane and consistent figures."""
+
+import json
+
+import pytest
+
+from scaletrain.comm.bandwidth import OPS, bus_factor
+from scaletrain.comm.report import print_table, result_document
+
+from .helpers import scaletrain
+
+
+@pytest.fixture(scope="module")
+def comm_json(tmp_path_factory):
+    out = tmp_path_factory.mktemp("comm") / "comm.json"
+    result = scaletrain("comm", "--sizes", "4K,256K", "--iters", "3", "--warmup", "1", "--json", "--out", str(out),
+                        timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(out.read_text())
+    return out
+
+
+def test_comm_json_has_every_collective_and_consistent_bandwidths(comm_json):
+    doc = json.loads(comm_json.read_text())
+    assert doc["world_size"] == 2 and doc["backend"] == "gloo" and doc["device"] == "cpu"
+    rows = doc["results"]
+    assert [(r["op"], r["bytes"]) for r in rows] == [(op, size) for op in OPS for size in (4096, 262144)]
+    for row in rows:
+        assert row["seconds"] > 0 and 1 <= row["iters"] <= 3 and row["world_size"] == 2
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["seconds"] / 1e9)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus_factor(row["op"], 2))
+
+
+def test_comm_table_shows_sizes_and_bandwidths(comm_json, capsys):
+    doc = json.loads(comm_json.read_text())
+    print_table(result_document(doc["results"], doc["backend"], doc["device"], doc["world_size"]))
+    shown = capsys.readouterr().out
+    assert "busbw GB/s" in shown and "256K" in shown and "reduce_scatter" in shown
+
+
+def test_plan_predicts_every_strategy_and_size_and_what_fits(comm_json):
+    result = scaletrain("plan", "--workload", "digits-mlp", "--steps", "3", "--warmup", "1", "--probe-rounds", "1",
+                        "--comm",
+                        str(comm_json), "--device-memory-gb", "0.0025", "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    probe = doc["probe"]
+    assert probe["footprint"]["grad_bytes"] == 4 * (64 * 256 + 256 + 2 * (256 * 256 + 256) + 256 * 10 + 10)
+    assert probe["link"]["source"] == str(comm_json) and probe["link"]["busbw"] > 0
+    got = {(p["strategy"], p["world_size"]) for p in doc["predictions"]}
+    assert {("ddp", n) for n in (1, 2, 8, 16, 64)} <= got
+    assert {("fsdp", n) for n in (1, 2, 8, 16, 64)} <= got
+    assert ("pipeline", 2) in got and ("pipeline", 8) not in got  # 4 blocks: at most 4 stages
+    ddp2 = next(p for p in doc["predictions"] if p["strategy"] == "ddp" and p["world_size"] == 2)
+    assert ddp2["global_batch"] == 64 and ddp2["exposed_comm_s"] > 0
+    assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
+    # 2.5 MB is less than the replicated model, gradients and Adam state (about 2.4 MB) + activations
+    conclusions = doc["conclusions"]
+    assert conclusions[0].startswith("The model does not fit one device")
+    assert any("fsdp fits from" in line for line in conclusions)

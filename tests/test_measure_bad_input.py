@@ -1,0 +1,55 @@
+"""Bad input to bench, comm and plan: one line on stderr, exit status 2, nothing written."""
+
+import pytest
+
+from scaletrain.cli import main
+
+from .helpers import scaletrain
+
+
+def run_in_process(argv, capsys) -> tuple[int, str]:
+    """The command line in this process (fast); argparse's own errors exit via SystemExit."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,words", [
+    (["bench", "--nproc", "0"], "--nproc"),
+    (["bench", "--nproc", "one"], "--nproc"),
+    (["bench", "--strategy", "nosuch"], "--strategy"),
+    (["bench", "--lr-scaling", "cubic"], "--lr-scaling"),
+    (["bench", "--strategy", "single", "--nproc", "2"], "--strategy ddp"),
+    (["bench", "--model", "nosuchmodule:build"], "--model"),
+    (["bench", "--steps", "0"], "--steps"),
+    (["comm", "--ops", "all_to_all"], "--ops"),
+    (["comm", "--sizes", "3Q"], "--sizes"),
+    (["comm", "--nproc", "1"], "--nproc 2"),
+    (["comm", "--backend", "nccl"], "nccl"),
+    (["plan", "--world-sizes", "2,x"], "--world-sizes"),
+    (["plan", "--comm", "/nonexistent/comm.json"], "--comm"),
+    (["plan", "--overlap", "2"], "--overlap"),
+    (["plan", "--strategy", "nosuch"], "--strategy"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, words):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    extra = ["--out", str(out)] if args[0] == "bench" else []
+    code, err = run_in_process([*args, *extra], capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("scaletrain"), err
+    assert words in lines[0]
+    assert not out.exists()
+
+
+def test_a_real_process_prints_one_line_without_traceback(tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "bench.json").write_text("{}")
+    result = scaletrain("bench", "--out", str(tmp_path / "old"), timeout=60)
+    assert result.returncode == 2 and "already holds files" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = scaletrain("comm", "--sizes", "1K:", timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr

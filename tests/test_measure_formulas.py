@@ -1,0 +1,217 @@
+"""The pure parts of bench, comm and plan: bandwidth factors, the cost model, learning-rate
+rules, the configurations a bench runs, and the plan's conclusions."""
+
+import math
+
+import pytest
+
+from scaletrain.bench.configs import BASELINE_LABEL, bench_configs
+from scaletrain.bench.lr import lr_factor, warmup_multiplier
+from scaletrain.comm.bandwidth import algbw, bus_factor, busbw, human_bytes, parse_size, parse_sizes
+from scaletrain.errors import UsageError
+from scaletrain.measure.footprint import Footprint
+from scaletrain.plan import formulas as f
+from scaletrain.plan.predict import Options, predict, predict_all, threads_needed
+from scaletrain.plan.probe import Link, Probe, link_from_rows
+from scaletrain.plan.verdict import verdicts
+
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
+    ("all_gather", 2, 0.5), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75),
+    ("broadcast", 8, 1.0), ("sendrecv", 2, 1.0),
+])
+def test_bus_factors_are_the_nccl_tests_ones(op, n, factor):
+    assert bus_factor(op, n) == pytest.approx(factor)
+    assert busbw(op, 1e6, 1e-3, n) == pytest.approx(algbw(1e6, 1e-3) * factor)
+
+
+def test_unknown_collective_is_a_usage_error():
+    with pytest.raises(UsageError, match="--ops"):
+        bus_factor("all_to_all", 2)
+
+
+def test_sizes_parse_lists_and_power_of_4_ranges():
+    assert parse_size("16M") == 16 * 1024**2
+    assert parse_size("4096") == 4096
+    assert parse_size("1kb") == 1024
+    assert parse_sizes("1K:16K") == [1024, 4096, 16384]
+    assert parse_sizes("1M,16M") == [1024**2, 16 * 1024**2]
+    assert human_bytes(16 * 1024**2) == "16M"
+    for bad in ("3Q", "", "16M:1K", "0"):
+        with pytest.raises(UsageError, match="--sizes"):
+            parse_sizes(bad)
+
+
+def test_ring_all_reduce_is_bandwidth_plus_latency_terms():
+    # 2(n-1)/n × S / busbw + 2(n-1) × alpha
+    assert f.ring_all_reduce_seconds(8e6, 2, 1e9, 1e-4) == pytest.approx(8e-3 + 2e-4)
+    assert f.ring_all_reduce_seconds(8e6, 8, 1e9, 1e-4) == pytest.approx(2 * 7 / 8 * 8e-3 + 14e-4)
+    assert f.ring_all_reduce_seconds(8e6, 1, 1e9, 1e-4) == 0.0
+    assert f.ring_all_gather_seconds(8e6, 4, 1e9, 0.0) == pytest.approx(0.75 * 8e-3)
+
+
+def test_ddp_buckets_follow_ddp_first_small_then_25_mib():
+    mib = 1024 * 1024
+    assert f.ddp_buckets([10, 20, 30]) == [60]
+    assert f.ddp_buckets([2 * mib, 30 * mib, 1 * mib]) == [2 * mib, 30 * mib, 1 * mib]
+    assert f.ddp_buckets([mib // 2, mib // 2, 10 * mib, 10 * mib, 10 * mib]) == [mib, 30 * mib]
+    two = f.ddp_comm_seconds([mib // 2, mib // 2, 10 * mib], 2, 1e9, 1e-4)
+    assert two == pytest.approx(f.ring_all_reduce_seconds(mib, 2, 1e9, 1e-4)
+                                + f.ring_all_reduce_seconds(10 * mib, 2, 1e9, 1e-4))
+
+
+def test_pipeline_bubble_and_step():
+    assert f.pipeline_bubble(1, 4) == 0.0
+    assert f.pipeline_bubble(4, 4) == pytest.approx(3 / 7)
+    assert f.pipeline_bubble(2, 8) == pytest.approx(1 / 9)
+    # 4 stages share 1 s of work: 0.25 s each, stretched by 1/(1 - 3/7) = 7/4.
+    assert f.pipeline_step_seconds(1.0, 4, 4, 0.0) == pytest.approx(0.25 * 7 / 4)
+
+
+def test_largest_stage_is_the_best_consecutive_split():
+    assert f.largest_stage_bytes([1, 2, 3, 4], 2) == 6
+    assert f.largest_stage_bytes([10, 1, 1, 1], 2) == 10
+    assert f.largest_stage_bytes([5, 5, 5, 5], 4) == 5
+    assert f.largest_stage_bytes([1, 1], 3) is None
+
+
+def test_memory_per_device():
+    assert f.memory_replicated(100, 100, 200, 50) == 450
+    assert f.memory_sharded(100, 100, 200, 50, 4, 10) == pytest.approx(100 + 20 + 50)
+    # half the blocks' bytes, the activations of min(p, m) of m micro-batches on 1/p of the model
+    assert f.memory_pipeline(50, 100, 100, 100, 200, 80, 2, 4) == pytest.approx(200 + 80 / 2 * 2 / 4)
+
+
+def test_exposed_communication_and_speedup():
+    assert f.exposed_seconds(10, 6, 0.0) == 10
+    assert f.exposed_seconds(10, 6, 1.0) == 4
+    assert f.exposed_seconds(10, 20, 1.0) == 0
+    assert f.speedup(0.1, 64, 0.1, 32) == pytest.approx(2.0)
+
+
+def test_learning_rate_rules_and_warmup():
+    assert lr_factor("none", 8) == 1.0
+    assert lr_factor("linear", 8) == 8.0
+    assert lr_factor("sqrt", 4) == 2.0
+    with pytest.raises(UsageError, match="--lr-scaling"):
+        lr_factor("cubic", 2)
+    assert warmup_multiplier(0, 4.0, 10) == pytest.approx(0.25)  # the one-process rate at first
+    assert warmup_multiplier(5, 4.0, 10) == pytest.approx(0.625)
+    assert warmup_multiplier(10, 4.0, 10) == 1.0
+    assert warmup_multiplier(99, 4.0, 10) == 1.0
+    assert warmup_multiplier(0, 1.0, 10) == 1.0
+
+
+def test_bench_configurations_start_with_the_threads_only_baseline():
+    configs, notes = bench_configs(["ddp", "single"], [1, 2], ["none", "linear"], 2, accuracy=True)
+    assert configs[0].label == BASELINE_LABEL and configs[0].baseline and configs[0].threads == 2
+    labels = [c.label for c in configs]
+    assert labels == [BASELINE_LABEL, "ddp ×1", "ddp ×2, lr none", "ddp ×2, lr linear"]
+    assert notes == ["single on 2 processes left out: single runs one process"]
+    configs, _ = bench_configs(["ddp"], [1, 2], ["none"], 2, accuracy=False)
+    assert [c.label for c in configs] == [BASELINE_LABEL, "ddp ×1", "ddp ×2"]
+
+
+def test_link_from_comm_rows_separates_latency_from_bandwidth():
+    rows = [{"op": "all_reduce", "bytes": 4096, "seconds": 2e-4, "world_size": 2},
+            {"op": "all_reduce", "bytes": 8_000_000, "seconds": 8.2e-3, "world_size": 2},
+            {"op": "broadcast", "bytes": 4096, "seconds": 1.0, "world_size": 2}]
+    link = link_from_rows(rows, 8e6, "test")
+    assert link.alpha_s == pytest.approx(1e-4)
+    assert link.busbw == pytest.approx(8e6 / 8e-3)
+    # the model gives back the measured time at the measured size
+    assert f.ring_all_reduce_seconds(8e6, 2, link.busbw, link.alpha_s) == pytest.approx(8.2e-3)
+    with pytest.raises(UsageError, match="all_reduce"):
+        link_from_rows(rows[2:], 8e6, "test")
+
+
+def _probe(step_2_threads=0.1, step_1_thread=0.15, grad=8_000_000, busbw=1e9, alpha=1e-4):
+    footprint = Footprint(param_bytes=grad, grad_bytes=grad, optimizer_bytes=2 * grad,
+                          activation_bytes_per_sample=1000.0, largest_block_param_bytes=grad // 2,
+                          block_param_bytes=(grad // 4, grad // 2, grad // 8, grad // 8), grad_tensor_bytes=(grad,),
+                          boundary_bytes_per_sample=100.0)
+    return Probe(workload="w", batch_size=32, device_type="cpu", cores=2,
+                 step_s={2: step_2_threads, 1: step_1_thread}, footprint=footprint,
+                 link=Link(alpha_s=alpha, busbw=busbw, nproc=2, source="test"))
+
+
+def _options(**kw):
+    values = dict(procs_per_node=2, cores=2, link_gbps=10.0, link_latency_s=2e-5, overlap=0.0, microbatches=4,
+                  device_memory_bytes=1e12)
+    values.update(kw)
+    return Options(**values)
+
+
+def test_ddp_prediction_uses_compute_at_the_threads_each_process_gets():
+    probe, options = _probe(), _options()
+    assert threads_needed([1, 2, 8], options, "cpu") == [2, 1]
+    p = predict(probe, "ddp", 2, options)
+    comm = f.ring_all_reduce_seconds(8e6, 2, 1e9, 1e-4)
+    assert p.threads == 1 and p.nodes == 1
+    assert p.step_s == pytest.approx(0.15 + comm)
+    assert p.speedup == pytest.approx((64 / (0.15 + comm)) / (32 / 0.1))
+    assert p.efficiency == pytest.approx(p.speedup / 2)
+    # 8 processes: 4 machines, the ring limited by a 4 Gbit/s network (0.5 GB/s)
+    p8 = predict(probe, "ddp", 8, _options(link_gbps=4.0))
+    assert p8.nodes == 4
+    assert p8.exposed_comm_s == pytest.approx(f.ring_all_reduce_seconds(8e6, 8, 0.5e9, 1e-4))
+    assert predict(probe, "ddp", 1, options).speedup == pytest.approx(1.0)
+
+
+def test_fsdp_and_pipeline_memory_shrinks_with_processes():
+    probe, options = _probe(), _options()
+    ddp = predict(probe, "ddp", 8, options)
+    fsdp = predict(probe, "fsdp", 8, options)
+    assert fsdp.memory_bytes < ddp.memory_bytes
+    pipe = predict(probe, "pipeline", 2, options)
+    assert pipe.global_batch == 32 and "bubble" in pipe.note
+    assert predict(probe, "pipeline", 8, options) is None  # 4 blocks cannot make 8 stages
+    assert predict(probe, "hybrid-unknown", 2, options) is None
+
+
+def test_verdicts_say_when_distributing_does_not_pay_and_what_fits():
+    slow_link = _probe(busbw=1e7)  # communication dwarfs compute
+    lines = verdicts(predict_all(slow_link, ["single", "ddp"], [1, 2, 8], _options()), 1e12)
+    assert any(line.startswith("Distributing will not pay here") for line in lines)
+    fast = _probe(step_1_thread=0.05, busbw=1e12, alpha=0.0)
+    lines = verdicts(predict_all(fast, ["single", "ddp"], [1, 2], _options()), 1e12)
+    assert lines[-1].startswith("Best predicted: ddp on 2 processes")
+    small_device = _options(device_memory_bytes=30e6)  # one process needs 4 × 8 MB + activations
+    predictions = predict_all(_probe(), ["single", "ddp", "fsdp"], [1, 2, 8, 16], small_device)
+    lines = verdicts(predictions, small_device.device_memory_bytes)
+    assert lines[0].startswith("The model does not fit one device")
+    assert any("fsdp fits from" in line for line in lines)
+    assert not any("ddp fits" in line for line in lines)
+    assert not math.isnan(predictions[0].speedup)
+
+
+def test_plan_report_prints_measurements_table_and_conclusions(capsys):
+    from scaletrain.plan.report import print_plan
+
+    probe, options = _probe(), _options()
+    predictions = predict_all(probe, ["single", "ddp", "fsdp", "pipeline"], [1, 2, 8], options)
+    print_plan(probe, options, predictions, verdicts(predictions, options.device_memory_bytes))
+    shown = capsys.readouterr().out
+    assert "bus bandwidth 1.00 GB/s" in shown and "pipeline" in shown and "memory/device" in shown
+
+
+def test_more_processes_than_cores_share_them():
+    probe = _probe()
+    p4 = predict(probe, "ddp", 4, _options(procs_per_node=4))  # 4 processes on this 2-core machine
+    assert p4.nodes == 1 and p4.threads == 1
+    assert p4.compute_s == pytest.approx(2 * 0.15)
+
+
+def test_bench_measures_sync_and_nosync_steps_in_blocks():
+    from scaletrain.bench.worker import measured_kinds
+
+    assert measured_kinds(3, 1) == ["sync"] * 3
+    kinds = measured_kinds(7, 2)
+    assert kinds == (["sync"] * 5 + ["nosync"] * 5) * 2
+
+
+def test_corun_takes_the_slowest_copy_step_by_step():
+    from scaletrain.plan.corun import slowest_per_step
+
+    assert slowest_per_step([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5, 9.0]]) == [3.0, 5.0, 2.5]
