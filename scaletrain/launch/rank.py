@@ -116,4 +116,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The rank's work is done. Interpreter finalisation can still hang or abort while Gloo's
+    # worker threads free tensors that need the GIL (pytorch/pytorch#75097, #190489), so
+    # leave without it.
+    os._exit(status)
