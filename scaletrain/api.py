@@ -15,6 +15,7 @@ The same script runs as one process (`python script.py`) and under any launcher
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -55,6 +56,7 @@ class Run:
         self.seed = seed
         self._owns_group = owns_group
         self._closed = False
+        self._micro_step = 0  # position inside a gradient-accumulation cycle
         self.started = time.perf_counter()
 
     # -- who am I -----------------------------------------------------------------------
@@ -86,6 +88,7 @@ class Run:
         """A loader over this rank's shard; `batch_size` is per process. Batches arrive on
         `run.device`, and every pass over the loader is a new epoch with a new order."""
         rank, size = self.strategy.data_parallel(self)
+        drop_last = drop_last or self.strategy.whole_batches_only(self)
         return ShardedLoader(dataset, batch_size, shard=rank, num_shards=size, shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
                              device=self.device, **loader_kwargs)
@@ -93,10 +96,25 @@ class Run:
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, inputs, targets,
                    loss_fn: Callable = F.cross_entropy) -> torch.Tensor:
         """zero_grad, forward, backward (gradients synchronised), optimizer step.
-        Returns the loss as a detached tensor: no host synchronisation in the hot loop."""
-        optimizer.zero_grad(set_to_none=True)
-        loss = self.strategy.forward_backward(self, model, inputs, targets, loss_fn)
-        optimizer.step()
+        Returns the loss as a detached tensor: no host synchronisation in the hot loop.
+
+        With `grad_accum=N` a call is one micro-step: the optimizer steps on every N-th call,
+        the N-1 before it accumulate gradients without synchronising them (each loss scaled
+        by 1/N), so N calls on batches of B equal one step on a batch of N*B."""
+        accum = self.strategy.grad_accum
+        if accum == 1:
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.strategy.forward_backward(self, model, inputs, targets, loss_fn)
+            optimizer.step()
+            return loss
+        if self._micro_step == 0:
+            optimizer.zero_grad(set_to_none=True)
+        last = self._micro_step == accum - 1
+        with contextlib.nullcontext() if last else self.strategy.no_sync(model):
+            loss = self.strategy.forward_backward(self, model, inputs, targets, loss_fn, scale=1.0 / accum)
+        if last:
+            optimizer.step()
+        self._micro_step = (self._micro_step + 1) % accum
         return loss
 
     def no_sync(self, model: nn.Module):
@@ -150,8 +168,12 @@ class Run:
         return out if isinstance(value, torch.Tensor) else out.item()
 
     def mean(self, value) -> float | torch.Tensor:
-        """Average of a metric across ranks, e.g. `run.mean(loss)`."""
-        out = self._all_reduce(self._as_tensor(value)) / self.world_size
+        """Average of a metric across the processes that hold the model's outputs, e.g.
+        `run.mean(loss)`: every rank, except under pipeline, where only last stages have a loss."""
+        mine = self._as_tensor(value)
+        if not self.strategy.holds_outputs(self):
+            mine = torch.zeros_like(mine)
+        out = self._all_reduce(mine) / self.strategy.output_holders(self)
         return out if isinstance(value, torch.Tensor) else out.item()
 
     def barrier(self) -> None:
