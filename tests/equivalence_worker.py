@@ -53,6 +53,17 @@ def unsynced_gradients_differ(run) -> bool:
     return not torch.allclose(both[0], both[1])
 
 
+def one_adam_step_memory(run) -> list:
+    """Per-process bytes of parameters, gradients and Adam state after one step."""
+    from equivalence_common import batches, tiny_model
+
+    model = tiny_model()
+    model, opt = run.setup(model, torch.optim.Adam(model.parameters(), lr=1e-3))
+    inputs, targets = batches(1)[0]
+    run.train_step(model, opt, inputs[run.rank::run.world_size], targets[run.rank::run.world_size])
+    return run.describe()["memory_per_process"]
+
+
 def main() -> None:
     dist.init_process_group("gloo")  # shared by every scaletrain.init below (they do not own it)
     ref = reference()
@@ -80,6 +91,11 @@ def main() -> None:
         if dist.get_rank() == 0:
             print("BF16 " + json.dumps({"strategy": name, "loss": value, "fp32_loss": fp32,
                                           "finite": math.isfinite(value)}), flush=True)
+    for name in ("ddp", "fsdp"):
+        with scaletrain.init(strategy=name) as run:
+            memory = one_adam_step_memory(run)
+        if dist.get_rank() == 0:
+            print("MEMORY " + json.dumps({"strategy": name, "per_process": memory}), flush=True)
     dist.destroy_process_group()
 
 

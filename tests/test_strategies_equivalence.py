@@ -32,7 +32,7 @@ def multi_process_results():
     lines = {}
     for line in done.stdout.splitlines():
         kind, _, payload = line.partition(" ")
-        if kind in ("RESULT", "NOSYNC", "BF16"):
+        if kind in ("RESULT", "NOSYNC", "BF16", "MEMORY"):
             lines.setdefault(kind, []).append(json.loads(payload))
     return lines
 
@@ -102,3 +102,12 @@ def test_bf16_autocast_trains_one_process_strategies(strategy, ref):
         value = run.mean(loss).item()
         assert run.describe()["precision"] == "bf16"
     assert 0 < abs(value - ref["loss"]) < 0.05
+
+
+def test_fsdp_holds_about_half_of_what_ddp_holds_per_process(multi_process_results):
+    memory = {r["strategy"]: r["per_process"] for r in multi_process_results["MEMORY"]}
+    for kind in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes"):
+        whole = memory["ddp"][0][kind]
+        assert whole > 0 and all(m[kind] == whole for m in memory["ddp"])  # every DDP replica holds everything
+        for rank in memory["fsdp"]:
+            assert 0.45 * whole <= rank[kind] <= 0.55 * whole, (kind, rank, whole)  # 1/N of it, N = 2

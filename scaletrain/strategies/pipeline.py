@@ -68,7 +68,8 @@ class PipelineStrategy(Strategy):
             raise UsageError(f"--split-points makes {stages} stages but --pipeline-stages is {given}; "
                              f"give --pipeline-stages {stages} or drop one of them")
         if world_size % stages:
-            raise UsageError(f"--pipeline-stages {stages} does not divide the {world_size} processes; "
+            what = f"--split-points makes {stages} stages, which" if self.split_points else f"--pipeline-stages {stages}"
+            raise UsageError(f"{what} does not divide the {world_size} processes; "
                              f"use a world size that is a multiple of {stages} (e.g. --nproc-per-node {stages})")
         m = self.microbatches(world_size)
         if self.schedule_name == "1f1b" and m < stages:
