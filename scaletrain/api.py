@@ -187,6 +187,8 @@ class Run:
 
     # -- lifetime -----------------------------------------------------------------------
     def describe(self) -> dict:
+        """Facts about this run for summary.json. Every rank must call it: it gathers each
+        process's memory of parameters, gradients and optimizer state."""
         rank, size = self.strategy.data_parallel(self)
         facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
                  "world_size": self.world_size, "nnodes": self.nnodes,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import scaletrain
-from tests.equivalence_common import compare, reference, tiny_model, train_with
+from tests.workers.strategy_reference import compare, reference, tiny_model, train_with
 from tests.helpers import torchrun
 
 ATOL = 1e-5
@@ -27,7 +27,7 @@ def ref():
 @pytest.fixture(scope="module")
 def multi_process_results():
     """One torchrun launch (2 processes, Gloo) for all multi-process strategies: start-up is the cost."""
-    done = torchrun(HERE / "equivalence_worker.py", nproc=2, timeout=240)
+    done = torchrun(HERE / "workers" / "strategy_equivalence.py", nproc=2, timeout=240)
     assert done.returncode == 0, f"worker failed:\n{done.stdout}\n{done.stderr}"
     lines = {}
     for line in done.stdout.splitlines():

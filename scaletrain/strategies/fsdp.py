@@ -31,6 +31,8 @@ class FSDPStrategy(Strategy):
         for name in self.sharded_blocks:
             fully_shard(getattr(model, name), mesh=mesh)
         fully_shard(model, mesh=mesh)
+        run.print(f"scaletrain: fsdp: {len(self.sharded_blocks)} block(s) ({', '.join(self.sharded_blocks)}) "
+                  f"and the root sharded {run.world_size} ways")
         # fully_shard replaces the parameters with sharded ones: the optimizer must follow.
         return self.remember(model, rebuild_optimizer(optimizer, before, model))
 

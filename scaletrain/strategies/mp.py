@@ -18,7 +18,7 @@ from torch import nn
 
 from ..errors import UsageError
 from .base import Strategy
-from .splitting import parameter_counts, parse_split_points, plan_split, split_model
+from .splitting import describe_plan, parameter_counts, parse_split_points, plan_split, split_model
 
 DEFAULT_CPU_PARTS = 2
 
@@ -97,6 +97,8 @@ class ModelParallelStrategy(Strategy):
         devices = part_devices(len(parts), run.local_rank * len(parts), run.device)
         self.plan, self.part_params = plan, parameter_counts(parts)
         self.device_names = [str(d) for d in devices]
+        run.print(f"scaletrain: {self.name}: {len(parts)} part(s) on {', '.join(self.device_names)}, "
+                  f"{self.microbatches} micro-batch(es); parts {describe_plan(plan, self.part_params)}")
         return PartedModel(model, parts, devices, self.microbatches)
 
     def setup(self, run, model, optimizer):

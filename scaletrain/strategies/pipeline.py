@@ -20,7 +20,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from ..errors import UsageError
 from .base import Strategy
 from .model_state import rebuild_optimizer
-from .splitting import parameter_counts, parse_split_points, plan_split, split_model
+from .splitting import describe_plan, parameter_counts, parse_split_points, plan_split, split_model
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -124,14 +124,10 @@ class PipelineStrategy(Strategy):
             if s == stage:
                 self.replica_group = group
         self.layout_now = (stage, stages, replica, replicas)
-        self.stage = PipelineStage(mine, stage, stages, run.device, group=self.pipe_group)
-        m = self.microbatches(run.world_size)
-        # scale_grads=False: the loss function below divides by M itself, because the
-        # schedule's own scaling would also divide gradients accumulated over earlier steps.
-        self.schedule = SCHEDULES[self.schedule_name](self.stage, n_microbatches=m, loss_fn=self._loss,
-                                                      scale_grads=False)
-        self.n_micro, self.device = m, run.device
-        self.eval_schedules: dict[int, ScheduleGPipe] = {}
+        run.print(f"scaletrain: pipeline: {stages} stage(s) × {replicas} replica(s), {self.schedule_name} schedule, "
+                  f"{self.microbatches(run.world_size)} micro-batches; stages {describe_plan(plan, self.part_params)}")
+        self.stage_module, self.n_micro, self.device = mine, self.microbatches(run.world_size), run.device
+        self.schedules: dict[tuple[bool, int], object] = {}
         wrapped = PipelineStageModel(mine, stage, stages)
         return self.remember(wrapped, rebuild_optimizer(optimizer, before, mine))
 
@@ -144,8 +140,11 @@ class PipelineStrategy(Strategy):
         self._loss_fn, self._scale = loss_fn, scale
         losses: list[torch.Tensor] = []
         first, last = stage == 0, stage == stages - 1
+        if len(inputs) % self.n_micro:
+            raise UsageError(f"--microbatches {self.n_micro} does not divide this batch of {len(inputs)}; "
+                             f"give batches whose size is a multiple of {self.n_micro}")
         with self.autocast(run.device):
-            self.schedule.step(*([inputs] if first else []), target=targets if last else None,
+            self.schedule(True, len(inputs)).step(*([inputs] if first else []), target=targets if last else None,
                                losses=losses if last else None)
         if self._sync and replicas > 1:
             self._all_reduce_gradients(model, replicas)
@@ -180,20 +179,27 @@ class PipelineStrategy(Strategy):
         if pad:
             inputs = torch.cat([inputs, inputs[torch.arange(pad, device=inputs.device) % n]])
         with self.autocast(run.device):
-            out = self.eval_schedule(len(inputs)).eval(*([inputs] if stage == 0 else []))
+            out = self.schedule(False, len(inputs)).eval(*([inputs] if stage == 0 else []))
         return out[:n] if stage == stages - 1 else None
 
-    def eval_schedule(self, batch: int) -> ScheduleGPipe:
-        """A forward-only schedule per batch size: a stage fixes its activation shapes at its
-        first step, and the last evaluation batch is usually smaller."""
-        if batch not in self.eval_schedules:
+    def schedule(self, training: bool, batch: int):
+        """The schedule for a batch size: a stage fixes its activation shapes at its first
+        step, so each batch size (the last evaluation batch is usually smaller) gets its own."""
+        key = (training, batch)
+        if key not in self.schedules:
             stage, stages, _, _ = self.layout_now
-            pipe_stage = PipelineStage(self.stage.submod, stage, stages, self.device, group=self.pipe_group)
-            self.eval_schedules[batch] = ScheduleGPipe(pipe_stage, n_microbatches=self.n_micro)
-        return self.eval_schedules[batch]
+            pipe_stage = PipelineStage(self.stage_module, stage, stages, self.device, group=self.pipe_group)
+            if training:
+                # scale_grads=False: the loss function divides by M itself, because the schedule's
+                # own scaling would also divide gradients accumulated over earlier steps.
+                self.schedules[key] = SCHEDULES[self.schedule_name](pipe_stage, n_microbatches=self.n_micro,
+                                                                    loss_fn=self._loss, scale_grads=False)
+            else:
+                self.schedules[key] = ScheduleGPipe(pipe_stage, n_microbatches=self.n_micro)
+        return self.schedules[key]
 
     def whole_batches_only(self, run):
-        return True  # the stages fixed their activation shapes at the first step
+        return True  # micro-batches of equal size: an epoch's short last batch is dropped
 
     def describe(self, run):
         stage, stages, replica, replicas = self.layout_now

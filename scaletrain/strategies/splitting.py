@@ -104,3 +104,8 @@ def split_model(model: nn.Module, plan: list[list[str]]) -> list[nn.Sequential]:
 
 def parameter_counts(parts: Sequence[nn.Module]) -> list[int]:
     return [sum(p.numel() for p in part.parameters()) for part in parts]
+
+
+def describe_plan(plan: list[list[str]], params: Sequence[int]) -> str:
+    """'conv1+conv2 (19k params) | fc1+fc2 (133k params)' for progress output."""
+    return " | ".join(f"{'+'.join(part)} ({count / 1000:,.0f}k params)" for part, count in zip(plan, params))

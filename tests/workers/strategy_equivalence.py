@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaletrain  # noqa: E402
-from equivalence_common import compare, reference, train_with  # noqa: E402
+from strategy_reference import compare, reference, train_with  # noqa: E402
 
 CONFIGS = [
     ("ddp", {}),
@@ -40,7 +40,7 @@ def worst(value: float) -> float:
 
 def unsynced_gradients_differ(run) -> bool:
     """After one micro-step inside no_sync, each rank must still hold only its own gradient."""
-    from equivalence_common import batches, optimizer_for, tiny_model
+    from strategy_reference import batches, optimizer_for, tiny_model
 
     model = tiny_model()
     model, opt = run.setup(model, optimizer_for(model))
@@ -55,7 +55,7 @@ def unsynced_gradients_differ(run) -> bool:
 
 def one_adam_step_memory(run) -> list:
     """Per-process bytes of parameters, gradients and Adam state after one step."""
-    from equivalence_common import batches, tiny_model
+    from strategy_reference import batches, tiny_model
 
     model = tiny_model()
     model, opt = run.setup(model, torch.optim.Adam(model.parameters(), lr=1e-3))
