@@ -56,15 +56,16 @@ def main() -> None:
                 print(f"round {r + 1}: {name}: {summary['samples_per_second']:.0f} samples/s, "
                       f"accuracy {summary['final_accuracy']:.4f}", file=sys.stderr, flush=True)
     base = statistics.median(s["samples_per_second"] for s in results[names[0]])
-    print(f"| strategy | processes | samples/s (median of {a.rounds}) | vs {names[0]} | held-out accuracy (min–max) "
-          "| params+grads+optimizer per process (KiB) |")
+    print(f"| strategy | processes | samples/s, median of {a.rounds} (min–max) | median vs {names[0]} "
+          "| held-out accuracy (min–max) | params+grads+optimizer per process (KiB) |")
     print("|---|---|---|---|---|---|")
     for name in names:
         runs = results[name]
-        speed = statistics.median(s["samples_per_second"] for s in runs)
+        speeds = [s["samples_per_second"] for s in runs]
+        speed = statistics.median(speeds)
         acc = [s["final_accuracy"] for s in runs]
         memory = ", ".join(f"{m['total_bytes'] / 1024:.0f}" for m in runs[0]["memory_per_process"])
-        print(f"| {name} | {runs[0]['world_size']} | {speed:,.0f} | {speed / base:.2f}× | "
+        print(f"| {name} | {runs[0]['world_size']} | {speed:,.0f} ({min(speeds):,.0f}–{max(speeds):,.0f}) | {speed / base:.2f}× | "
               f"{min(acc):.4f}–{max(acc):.4f} | {memory} |")
     print()
     print("memory per process, bytes (first round):")

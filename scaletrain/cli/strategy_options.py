@@ -23,7 +23,7 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
                         "2 parts on a CPU")
     g.add_argument("--microbatches", type=positive_int, metavar="M",
                    help="mp/hybrid/pipeline: micro-batches each batch is cut into so that parts overlap "
-                        "(pipeline: must divide --batch-size; default: the number of stages)")
+                        "(mp/hybrid default 1; pipeline default: the number of stages, and M must divide --batch-size)")
     g.add_argument("--split-points", metavar="BLOCK,BLOCK",
                    help="mp/hybrid/pipeline: blocks at which a new part starts (e.g. conv2,fc1) instead of the "
                         "automatic split that balances parameters")

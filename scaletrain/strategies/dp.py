@@ -50,5 +50,8 @@ class DataParallelStrategy(Strategy):
         return self.remember(wrapped, optimizer)
 
     def describe(self, run):
-        return {**super().describe(run), "devices_per_process": len(self.devices), "devices": self.devices,
-                "replicas": len(self.devices)}
+        facts = {**super().describe(run), "devices_per_process": len(self.devices), "devices": self.devices,
+                 "replicas": len(self.devices)}
+        if self.devices == ["cpu"]:
+            facts["note"] = "no GPU: DataParallel ran one replica on the CPU, like one process"
+        return facts
