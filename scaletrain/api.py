@@ -223,7 +223,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     random state alone)."""
     env = detect(os.environ if environ is None else environ)
     strat = get_strategy(strategy, **strategy_options)
-    dev = choose_device(device, env.local_rank)
+    dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
     chosen_backend = choose_backend(backend, dev.type)
     n_threads = threads_per_process(env.local_world_size, threads)
     torch.set_num_threads(n_threads)

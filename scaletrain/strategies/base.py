@@ -74,6 +74,11 @@ class Strategy:
         """Raise UsageError for a combination that cannot work (before any model exists)."""
         self.check_world_size(run.world_size)
 
+    def device_slot(self, local_rank: int, local_world_size: int) -> int:
+        """Which of the machine's devices is this process's (first) one: its local rank,
+        unless each process owns several devices."""
+        return local_rank
+
     # -- data and outputs -------------------------------------------------------------------
     def data_parallel(self, run: "Run") -> tuple[int, int]:
         """(this process's data shard, number of shards). Data parallel: one shard per rank."""

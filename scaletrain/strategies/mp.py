@@ -83,6 +83,10 @@ class ModelParallelStrategy(Strategy):
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         return max(1, gpus // local_processes) if gpus else DEFAULT_CPU_PARTS
 
+    def device_slot(self, local_rank, local_world_size):
+        # Process p owns cuda:p*K..p*K+K-1; its run.device is the first of them.
+        return local_rank * (self.part_count(local_world_size) or len(self.split_points or ()) + 1)
+
     def check_plan(self, world_size, model, batch_size):
         if model is not None:
             plan_split(model, self.part_count(), self.split_points, f"--strategy {self.name}", "--devices-per-process")
@@ -94,7 +98,7 @@ class ModelParallelStrategy(Strategy):
         plan = plan_split(model, self.part_count(run.local_world_size), self.split_points,
                           f"--strategy {self.name}", "--devices-per-process")
         parts = split_model(model, plan)
-        devices = part_devices(len(parts), run.local_rank * len(parts), run.device)
+        devices = part_devices(len(parts), run.device.index or 0, run.device)
         self.plan, self.part_params = plan, parameter_counts(parts)
         self.device_names = [str(d) for d in devices]
         run.print(f"scaletrain: {self.name}: {len(parts)} part(s) on {', '.join(self.device_names)}, "

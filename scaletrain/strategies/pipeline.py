@@ -143,9 +143,12 @@ class PipelineStrategy(Strategy):
         if len(inputs) % self.n_micro:
             raise UsageError(f"--microbatches {self.n_micro} does not divide this batch of {len(inputs)}; "
                              f"give batches whose size is a multiple of {self.n_micro}")
+        schedule = self.schedule(True, len(inputs))
         with self.autocast(run.device):
-            self.schedule(True, len(inputs)).step(*([inputs] if first else []), target=targets if last else None,
-                               losses=losses if last else None)
+            # The first stage feeds the inputs, the last compares with the targets; the
+            # others receive activations and gradients from their neighbours.
+            schedule.step(*([inputs] if first else []), target=targets if last else None,
+                          losses=losses if last else None)
         if self._sync and replicas > 1:
             self._all_reduce_gradients(model, replicas)
         if not last:
@@ -202,7 +205,7 @@ class PipelineStrategy(Strategy):
         return True  # micro-batches of equal size: an epoch's short last batch is dropped
 
     def describe(self, run):
-        stage, stages, replica, replicas = self.layout_now
+        _, stages, _, replicas = self.layout_now
         return {**super().describe(run), "pipeline_stages": stages, "pipeline_replicas": replicas,
                 "schedule": self.schedule_name, "microbatches": self.n_micro, "stages": self.plan,
                 "stage_parameters": self.part_params}
