@@ -200,6 +200,11 @@ class Run:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            # Gloo's worker threads free finished collectives, and freeing a tensor Python has
+            # seen needs the GIL. Destroying the group joins those threads with the GIL held
+            # (often later, when DDP's reducer is freed): if one is still freeing, both wait
+            # forever. A moment without the GIL lets them finish first.
+            time.sleep(0.05)
             process_group.destroy_process_group(self._owns_group)
 
     def __enter__(self) -> "Run":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,17 +33,28 @@ CONFIGS = {
 }
 
 
-def run_one(args: list[str], extra: list[str], out: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "scaletrain", "train", *args, *extra, "--out", str(out)],
-                          capture_output=True, text=True, timeout=900)
-    if done.returncode:
-        raise SystemExit(f"failed: {args}\n{done.stderr[-3000:]}")
+def run_one(args: list[str], extra: list[str], out: Path, timeout: float) -> dict | None:
+    """One run's summary, or None (said on stderr) when it failed or overran: the other
+    measurements still count."""
+    proc = subprocess.Popen([sys.executable, "-m", "scaletrain", "train", *args, *extra, "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and every rank it started
+        proc.communicate()
+        print(f"overran {timeout:.0f}s, left out: {args}", file=sys.stderr, flush=True)
+        return None
+    if proc.returncode:
+        print(f"failed, left out: {args}\n{err[-2000:]}", file=sys.stderr, flush=True)
+        return None
     return json.loads((out / "summary.json").read_text())
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
     p.add_argument("--only", nargs="*", help="configuration names to run (default: all)")
     p.add_argument("extra", nargs="*", help="more `scaletrain train` flags, after --")
     a = p.parse_args()
@@ -51,16 +64,21 @@ def main() -> None:
         for r in range(a.rounds):
             order = names[r % len(names):] + names[:r % len(names)]  # rotate: no configuration always first
             for i, name in enumerate(order):
-                summary = run_one(CONFIGS[name], a.extra, Path(tmp) / f"{r}-{i}")
+                summary = run_one(CONFIGS[name], a.extra, Path(tmp) / f"{r}-{i}", a.timeout)
+                if summary is None:
+                    continue
                 results[name].append(summary)
                 print(f"round {r + 1}: {name}: {summary['samples_per_second']:.0f} samples/s, "
                       f"accuracy {summary['final_accuracy']:.4f}", file=sys.stderr, flush=True)
-    base = statistics.median(s["samples_per_second"] for s in results[names[0]])
-    print(f"| strategy | processes | samples/s, median of {a.rounds} (min–max) | median vs {names[0]} "
+    base = statistics.median(s["samples_per_second"] for s in results[names[0]] or [{"samples_per_second": 1}])
+    print(f"| strategy | processes | samples/s, median of runs (min–max) | median vs {names[0]} "
           "| held-out accuracy (min–max) | params+grads+optimizer per process (KiB) |")
     print("|---|---|---|---|---|---|")
     for name in names:
         runs = results[name]
+        if not runs:
+            print(f"| {name} | — | every run failed | | | |")
+            continue
         speeds = [s["samples_per_second"] for s in runs]
         speed = statistics.median(speeds)
         acc = [s["final_accuracy"] for s in runs]
@@ -70,7 +88,8 @@ def main() -> None:
     print()
     print("memory per process, bytes (first round):")
     for name in names:
-        print(f"- {name}: " + json.dumps(results[name][0]["memory_per_process"]))
+        if results[name]:
+            print(f"- {name}: " + json.dumps(results[name][0]["memory_per_process"]))
 
 
 if __name__ == "__main__":
