@@ -89,7 +89,8 @@ class ModelParallelStrategy(Strategy):
 
     def check_plan(self, world_size, model, batch_size):
         if model is not None:
-            plan_split(model, self.part_count(), self.split_points, f"--strategy {self.name}", "--devices-per-process")
+            plan_split(model, self.part_count(world_size), self.split_points, f"--strategy {self.name}",
+                       "--devices-per-process")
         if batch_size is not None and self.microbatches > batch_size:
             raise UsageError(f"--microbatches {self.microbatches} is more than the batch of {batch_size}; "
                              f"use --microbatches {batch_size} or fewer, or a larger --batch-size")
