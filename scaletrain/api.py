@@ -59,6 +59,7 @@ class Run:
         self.seed = seed
         self._owns_group = owns_group
         self._closed = False
+        self._micro_step = 0  # position inside a gradient-accumulation cycle
         self.started = time.perf_counter()
         self.steps_taken = 0  # train_step calls so far (restored by load_checkpoint)
         self._watchdog = None  # hang detection, when there are peers to wait for
@@ -92,6 +93,7 @@ class Run:
         """A loader over this rank's shard; `batch_size` is per process. Batches arrive on
         `run.device`, and every pass over the loader is a new epoch with a new order."""
         rank, size = self.strategy.data_parallel(self)
+        drop_last = drop_last or self.strategy.whole_batches_only(self)
         return ShardedLoader(dataset, batch_size, shard=rank, num_shards=size, shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
                              device=self.device, **loader_kwargs)
@@ -99,11 +101,21 @@ class Run:
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, inputs, targets,
                    loss_fn: Callable = F.cross_entropy) -> torch.Tensor:
         """zero_grad, forward, backward (gradients synchronised), optimizer step.
-        Returns the loss as a detached tensor: no host synchronisation in the hot loop."""
+        Returns the loss as a detached tensor: no host synchronisation in the hot loop.
+
+        With `grad_accum=N` a call is one micro-step: the optimizer steps on every N-th call,
+        the N-1 before it accumulate gradients without synchronising them (each loss scaled
+        by 1/N), so N calls on batches of B equal one step on a batch of N*B."""
+        accum = self.strategy.grad_accum
         with self._op("train step"):
-            optimizer.zero_grad(set_to_none=True)
-            loss = self.forward_backward(model, inputs, targets, loss_fn)
-            optimizer.step()
+            if self._micro_step == 0:
+                optimizer.zero_grad(set_to_none=True)
+            last = self._micro_step == accum - 1
+            with contextlib.nullcontext() if last else self.strategy.no_sync(model):
+                loss = self.forward_backward(model, inputs, targets, loss_fn, scale=1.0 / accum)
+            if last:
+                optimizer.step()
+            self._micro_step = (self._micro_step + 1) % accum
         self.steps_taken += 1
         if self._watchdog is not None:
             self._watchdog.step = self.steps_taken
@@ -180,8 +192,12 @@ class Run:
         return out if isinstance(value, torch.Tensor) else out.item()
 
     def mean(self, value) -> float | torch.Tensor:
-        """Average of a metric across ranks, e.g. `run.mean(loss)`."""
-        out = self._all_reduce(self._as_tensor(value)) / self.world_size
+        """Average of a metric across the processes that hold the model's outputs, e.g.
+        `run.mean(loss)`: every rank, except under pipeline, where only last stages have a loss."""
+        mine = self._as_tensor(value)
+        if not self.strategy.holds_outputs(self):
+            mine = torch.zeros_like(mine)
+        out = self._all_reduce(mine) / self.strategy.output_holders(self)
         return out if isinstance(value, torch.Tensor) else out.item()
 
     def barrier(self) -> None:
@@ -217,6 +233,8 @@ class Run:
 
     # -- lifetime -----------------------------------------------------------------------
     def describe(self) -> dict:
+        """Facts about this run for summary.json. Every rank must call it: it gathers each
+        process's memory of parameters, gradients and optimizer state."""
         rank, size = self.strategy.data_parallel(self)
         facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
                  "world_size": self.world_size, "nnodes": self.nnodes,
@@ -230,11 +248,12 @@ class Run:
             self._closed = True
             if self._watchdog is not None:
                 self._watchdog.stop()
+            # Gloo's worker threads free a finished collective's tensors and need the GIL to
+            # do it, while destroying the group (or, later, DDP's reducer) joins them with the
+            # GIL held: a deadlock at exit in torch 2.13 (pytorch/pytorch#75097). Moments
+            # without the GIL, before and after, let the workers finish first.
+            time.sleep(0.05)
             process_group.destroy_process_group(self._owns_group)
-            # Gloo's worker threads free a finished collective's tensors under their lock and
-            # need the GIL to do it; the group itself is freed later (by DDP's reducer) with
-            # the GIL held, waiting for that lock: a deadlock at exit (torch 2.13). Releasing
-            # the GIL here lets the workers finish first.
             time.sleep(0.05)
 
     def __enter__(self) -> "Run":
@@ -258,7 +277,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     random state alone)."""
     env = detect(os.environ if environ is None else environ)
     strat = get_strategy(strategy, **strategy_options)
-    dev = choose_device(device, env.local_rank)
+    dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
     chosen_backend = choose_backend(backend, dev.type)
     n_threads = threads_per_process(env.local_world_size, threads)
     torch.set_num_threads(n_threads)

@@ -22,6 +22,7 @@ from .fault_options import (add_fault_arguments, check_fault_flags, describe_res
                             out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
+from .strategy_options import add_strategy_arguments, strategy_options_from_args
 
 NAME = "train"
 HELP = "train a model (the built-in digits CNN by default) with a strategy on N processes"
@@ -47,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
     add_launch_arguments(p, "one per GPU, else one per CPU core; 1 for one-process strategies")
     add_fault_arguments(p)
+    add_strategy_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -54,7 +56,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                        lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
                        device=None if args.device == "auto" else args.device, threads=args.threads,
-                       **fault_config(args))
+                       strategy_options=strategy_options_from_args(args), **fault_config(args))
 
 
 def default_nproc(strategy: str) -> int:
@@ -67,12 +69,12 @@ def default_nproc(strategy: str) -> int:
 
 def validate(config: TrainConfig, nproc: int) -> None:
     """Everything that can be checked before a process starts, so mistakes cost seconds."""
-    get_strategy(config.strategy, **config.strategy_options).check_world_size(nproc)
+    strategy = get_strategy(config.strategy, **config.strategy_options)
+    strategy.check_world_size(nproc)
     device = choose_device(config.device, 0)
     choose_backend(config.backend, device.type)
     workload = get_workload(config.workload, config.model, config.dataset)
-    if config.model:
-        workload.build_model()
+    strategy.preflight(nproc, workload.build_model(), config.batch_size)  # splits, stages, micro-batches
     if config.dataset:
         workload.build_datasets(config.seed)
 

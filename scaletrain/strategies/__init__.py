@@ -5,6 +5,11 @@ from __future__ import annotations
 from ..errors import UsageError
 from .base import Strategy
 from .ddp import DDPStrategy
+from .dp import DataParallelStrategy
+from .fsdp import FSDPStrategy
+from .hybrid import HybridStrategy
+from .mp import ModelParallelStrategy
+from .pipeline import PipelineStrategy
 from .single import SingleStrategy
 
 REGISTRY: dict[str, type[Strategy]] = {}
@@ -15,7 +20,8 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (SingleStrategy, DDPStrategy):
+for _cls in (SingleStrategy, DataParallelStrategy, ModelParallelStrategy, DDPStrategy, HybridStrategy,
+             PipelineStrategy, FSDPStrategy):
     register(_cls)
 
 

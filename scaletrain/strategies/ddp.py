@@ -20,7 +20,7 @@ class DDPStrategy(Strategy):
             # Gradients live in the communication buckets: one copy less per step.
             gradient_as_bucket_view=True,
         )
-        return ddp, optimizer
+        return self.remember(ddp, optimizer)
 
     def no_sync(self, model):
         return model.no_sync()

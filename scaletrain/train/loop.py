@@ -33,7 +33,7 @@ def train(config: TrainConfig, out: Path) -> dict:
         model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
         reporter = Reporter(run.is_main, out)
-        global_batch = config.batch_size * run.data_parallel_size
+        global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
                      f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
 

@@ -1,0 +1,111 @@
+"""Splitting a model into consecutive parts: the one place where mp, hybrid and pipeline
+decide which blocks go together.
+
+A model can be split when it is an `nn.Sequential` (the built-in models are Sequentials of
+named blocks: conv1, conv2, fc1, fc2): its top-level children run one after another, so any
+cut between two of them is a valid cut. Parts keep the blocks' own names, so a part's
+`named_parameters()` are the whole model's names ("fc1.1.weight"), whatever the split.
+
+Two ways to choose the cuts:
+- automatically, balancing the parameter count of the parts (the contiguous partition whose
+  heaviest part is lightest; parameters stand for memory and, roughly, for work);
+- by name: `split_points=["conv2", "fc2"]` starts a new part at each named block.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Optional, Sequence
+
+from torch import nn
+
+from ..errors import UsageError
+
+
+def blocks_of(model: nn.Module, what: str) -> list[tuple[str, nn.Module]]:
+    """The model's top-level blocks in execution order; UsageError when that order is unknown."""
+    if not isinstance(model, nn.Sequential):
+        raise UsageError(f"{what} splits models that are torch.nn.Sequential (blocks run in order), but got "
+                         f"{type(model).__name__}; return an nn.Sequential of blocks from --model, or use --strategy ddp")
+    return list(model.named_children())
+
+
+def parse_split_points(text: Optional[str | Sequence[str]]) -> Optional[list[str]]:
+    """'conv2,fc2' or ['conv2', 'fc2'] -> ['conv2', 'fc2']; None stays None."""
+    if text is None:
+        return None
+    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text)]
+    if not names or any(not n for n in names):
+        raise UsageError(f"--split-points {text!r}: expected block names separated by commas, e.g. conv2,fc1")
+    return names
+
+
+def balanced_cuts(weights: Sequence[int], parts: int) -> list[int]:
+    """Start indices of `parts` contiguous groups of `weights` (each non-empty) such that the
+    heaviest group is as light as possible. Exact dynamic programme; models have few blocks."""
+    n = len(weights)
+    prefix = [0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    inf = float("inf")
+    # best[k][i]: lightest possible heaviest group when the first i blocks form k groups.
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0
+    for k in range(1, parts + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                cost = max(best[k - 1][j], prefix[i] - prefix[j])
+                if cost < best[k][i]:
+                    best[k][i], cut[k][i] = cost, j
+    starts, i = [], n
+    for k in range(parts, 0, -1):
+        i = cut[k][i]
+        starts.append(i)
+    return starts[::-1]
+
+
+def plan_split(model: nn.Module, parts: Optional[int], split_points: Optional[Sequence[str]],
+               what: str, parts_flag: str) -> list[list[str]]:
+    """Block names of each part. `parts` None: as many as the split points make."""
+    blocks = blocks_of(model, what)
+    names = [name for name, _ in blocks]
+    if split_points:
+        unknown = [p for p in split_points if p not in names]
+        if unknown:
+            raise UsageError(f"--split-points: no block named {', '.join(map(repr, unknown))}; "
+                             f"the model's blocks are {', '.join(names)}")
+        starts = [names.index(p) for p in split_points]
+        if 0 in starts or starts != sorted(set(starts)):
+            raise UsageError(f"--split-points {','.join(split_points)}: name blocks after the first ({names[0]}), "
+                             f"each once, in model order ({', '.join(names)})")
+        if parts is not None and parts != len(starts) + 1:
+            raise UsageError(f"--split-points makes {len(starts) + 1} parts but {parts_flag} is {parts}; "
+                             f"give {len(starts) + 1} or drop one of them")
+        starts = [0, *starts]
+    else:
+        parts = parts or 1
+        if parts > len(names):
+            raise UsageError(f"{parts_flag} {parts}: the model has only {len(names)} blocks "
+                             f"({', '.join(names)}) to split; use {parts_flag} {len(names)} or fewer")
+        # +1 per block: among equally heavy splits, prefer ones that spread parameter-free
+        # blocks (activations, pooling) instead of piling them onto one part.
+        weights = [sum(p.numel() for p in block.parameters()) + 1 for _, block in blocks]
+        starts = balanced_cuts(weights, parts)
+    ends = [*starts[1:], len(names)]
+    return [names[s:e] for s, e in zip(starts, ends)]
+
+
+def split_model(model: nn.Module, plan: list[list[str]]) -> list[nn.Sequential]:
+    """The parts as Sequentials that share (not copy) the model's blocks, under their names."""
+    blocks = dict(model.named_children())
+    return [nn.Sequential(OrderedDict((name, blocks[name]) for name in part)) for part in plan]
+
+
+def parameter_counts(parts: Sequence[nn.Module]) -> list[int]:
+    return [sum(p.numel() for p in part.parameters()) for part in parts]
+
+
+def describe_plan(plan: list[list[str]], params: Sequence[int]) -> str:
+    """'conv1+conv2 (19k params) | fc1+fc2 (133k params)' for progress output."""
+    return " | ".join(f"{'+'.join(part)} ({count / 1000:,.0f}k params)" for part, count in zip(plan, params))

@@ -1,0 +1,83 @@
+"""Impossible strategy combinations fail before any process starts: one line naming the
+fix, exit status 2, no traceback, no output folder. Plus the split planner itself."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+from scaletrain.cli import main
+from scaletrain.errors import UsageError
+from scaletrain.strategies import get_strategy
+from scaletrain.strategies.splitting import balanced_cuts, plan_split
+from scaletrain.workloads.models import cifar_cnn, digits_cnn
+from tests.helpers import scaletrain
+
+IMPOSSIBLE = [
+    # (flags, words the one line must contain)
+    (["--strategy", "pipeline", "--nproc-per-node", "3", "--pipeline-stages", "2"], "does not divide the 3 processes"),
+    (["--strategy", "pipeline", "--nproc-per-node", "5", "--pipeline-stages", "5"], "only 4 blocks"),
+    (["--strategy", "pipeline", "--nproc-per-node", "2", "--microbatches", "3"], "--microbatches 4"),
+    (["--strategy", "pipeline", "--nproc-per-node", "2", "--microbatches", "1", "--schedule", "1f1b"],
+     "--schedule gpipe"),
+    (["--strategy", "pipeline", "--nproc-per-node", "2", "--split-points", "conv2,fc1"], "makes 3 stages"),
+    (["--strategy", "mp", "--devices-per-process", "5"], "--devices-per-process 4 or fewer"),
+    (["--strategy", "hybrid", "--nproc-per-node", "2", "--devices-per-process", "9"], "only 4 blocks"),
+    (["--strategy", "mp", "--split-points", "conv9"], "no block named 'conv9'"),
+    (["--strategy", "mp", "--split-points", "fc1,conv2"], "in model order"),
+    (["--strategy", "mp", "--microbatches", "64"], "more than the batch of 32"),
+    (["--strategy", "mp", "--nproc-per-node", "2"], "runs one process"),
+    (["--strategy", "dp", "--devices-per-process", "2", "--device", "cpu"], "no GPU"),
+    (["--strategy", "ddp", "--nproc-per-node", "2", "--microbatches", "2"], "--microbatches does not apply"),
+    (["--strategy", "fsdp", "--nproc-per-node", "2", "--pipeline-stages", "2"], "does not apply to --strategy fsdp"),
+    (["--strategy", "single", "--schedule", "gpipe"], "--schedule does not apply"),
+]
+
+
+@pytest.mark.parametrize("flags,expected", IMPOSSIBLE, ids=[" ".join(f) for f, _ in IMPOSSIBLE])
+def test_impossible_combinations_fail_in_one_line(flags, expected, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("scaletrain: error: "), err
+    assert expected in err, err
+    assert not out.exists()  # nothing half-written
+
+
+def test_the_command_exits_2_with_one_line(tmp_path):
+    done = scaletrain("train", "--strategy", "pipeline", "--nproc-per-node", "3", "--out", str(tmp_path / "r"),
+                      timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_library_rejects_options_a_strategy_does_not_take():
+    with pytest.raises(UsageError, match="--microbatches does not apply to --strategy ddp"):
+        get_strategy("ddp", microbatches=2)
+    with pytest.raises(UsageError, match="--precision 'fp16'"):
+        get_strategy("ddp", precision="fp16")
+    with pytest.raises(UsageError, match="--grad-accum 0"):
+        get_strategy("fsdp", grad_accum=0)
+
+
+def test_balanced_cuts_minimise_the_heaviest_part():
+    assert balanced_cuts([1, 1, 1, 1], 2) == [0, 2]
+    assert balanced_cuts([10, 1, 1, 10], 2) == [0, 2]
+    assert balanced_cuts([1, 100, 1, 1], 3) == [0, 1, 2]
+    assert balanced_cuts([5], 1) == [0]
+
+
+def test_automatic_split_balances_parameters_and_keeps_order():
+    # cifar_cnn: conv1 ~0.9k, conv2 ~18k, fc1 ~2.1M, fc2 ~5k parameters: fc1 alone is the heavy part.
+    assert plan_split(cifar_cnn(), 2, None, "mp", "--devices-per-process") == [["conv1", "conv2"], ["fc1", "fc2"]]
+    assert plan_split(digits_cnn(), 4, None, "mp", "-K") == [["conv1"], ["conv2"], ["fc1"], ["fc2"]]
+    assert plan_split(digits_cnn(), None, ["fc1"], "mp", "-K") == [["conv1", "conv2"], ["fc1", "fc2"]]
+
+
+def test_only_sequential_models_can_be_split():
+    class Custom(nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(UsageError, match="nn.Sequential"):
+        plan_split(Custom(), 2, None, "--strategy mp", "--devices-per-process")
