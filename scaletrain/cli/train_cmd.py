@@ -19,6 +19,7 @@ from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
+from .perf_options import add_perf_arguments, apply_perf_options
 
 NAME = "train"
 HELP = "train a model (the built-in digits CNN by default) with a strategy on N processes"
@@ -44,13 +45,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
+    add_perf_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
+    return apply_perf_options(args, TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
                        epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                        lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
-                       device=None if args.device == "auto" else args.device, threads=args.threads)
+                       device=None if args.device == "auto" else args.device, threads=args.threads))
 
 
 def default_nproc(strategy: str) -> int:

@@ -1,26 +1,63 @@
 """`ddp`: DistributedDataParallel — one process per device, gradients all-reduced in buckets
-while backward is still running, so communication overlaps computation."""
+while backward is still running, so communication overlaps computation.
+
+Options (`scaletrain.init("ddp", **options)`, or `TrainConfig.strategy_options`):
+  grad_compression  none | bf16 | fp16 | powersgd: send gradients in fewer bytes
+                    (see `ddp_compression`); for models whose steps are spent communicating.
+  bucket_cap_mb     size of DDP's gradient buckets (torch's default, 25 MB, when left out).
+  static_graph      True when every step uses the same parameters in the same order
+                    (no data-dependent branches): DDP then skips per-step bookkeeping.
+  powersgd_rank     the rank of PowerSGD's low-rank approximation (default 2).
+"""
 
 from __future__ import annotations
 
 from torch.nn.parallel import DistributedDataParallel
 
+from ..errors import UsageError
 from .base import Strategy
+from .ddp_compression import COMPRESSIONS, register_compression
 
 
 class DDPStrategy(Strategy):
     name = "ddp"
     help = "DistributedDataParallel: one process per device, gradients all-reduced"
+    #: Options this strategy understands (checked before any process starts).
+    accepted_options = ("grad_compression", "bucket_cap_mb", "static_graph", "powersgd_rank")
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        unknown = sorted(set(options) - set(self.accepted_options))
+        # Only plain ddp rejects what it does not know: a subclass may add options of its own.
+        if unknown and type(self) is DDPStrategy:
+            raise UsageError(f"strategy {self.name!r} has no option {unknown[0]!r}; "
+                             f"its options are: {', '.join(self.accepted_options)}")
+        compression = options.get("grad_compression") or "none"
+        if compression not in COMPRESSIONS:
+            raise UsageError(f"--grad-compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
+        self.compression = compression
+
+    def ddp_kwargs(self, run) -> dict:
+        kwargs = {
+            "device_ids": [run.device.index] if run.device.type == "cuda" else None,
+            # Gradients live in the communication buckets: one copy less per step.
+            "gradient_as_bucket_view": True,
+            "static_graph": bool(self.options.get("static_graph", False)),
+        }
+        if self.options.get("bucket_cap_mb") is not None:
+            kwargs["bucket_cap_mb"] = float(self.options["bucket_cap_mb"])
+        return kwargs
 
     def setup(self, run, model, optimizer):
         model.to(run.device)
-        ddp = DistributedDataParallel(
-            model,
-            device_ids=[run.device.index] if run.device.type == "cuda" else None,
-            # Gradients live in the communication buckets: one copy less per step.
-            gradient_as_bucket_view=True,
-        )
+        ddp = DistributedDataParallel(model, **self.ddp_kwargs(run))
+        register_compression(ddp, self.compression, powersgd_rank=int(self.options.get("powersgd_rank", 2)))
         return ddp, optimizer
 
     def no_sync(self, model):
         return model.no_sync()
+
+    def describe(self, run) -> dict:
+        return {"grad_compression": self.compression,
+                "static_graph": bool(self.options.get("static_graph", False)),
+                "bucket_cap_mb": self.options.get("bucket_cap_mb")}

@@ -32,6 +32,8 @@ class TrainConfig:
     """cpu, cuda or cuda:N; None: CUDA when visible."""
     threads: Optional[int] = None
     """CPU threads per process; None: cores ÷ processes on the node."""
+    pin_cores: bool = True
+    """Bind each process of a node to its own cores (see `scaletrain.devices.pin_cores`)."""
     strategy_options: dict = field(default_factory=dict)
     """Options particular to the strategy."""
 

@@ -11,8 +11,10 @@ import torch.nn.functional as F
 
 from .. import __version__
 from ..api import init
+from ..startup import command_age
 from ..workloads import get_workload
 from .config import TrainConfig
+from .optimizer import adam
 from .report import Reporter
 
 
@@ -23,10 +25,10 @@ def train(config: TrainConfig, out: Path) -> dict:
     epochs = config.epochs or workload.epochs
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
-              seed=config.seed, **config.strategy_options) as run:
+              seed=config.seed, pin=config.pin_cores, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         model = workload.build_model()
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = adam(model.parameters(), lr=lr)
         model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
         reporter = Reporter(run.is_main, out)
@@ -34,7 +36,7 @@ def train(config: TrainConfig, out: Path) -> dict:
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
                      f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
 
-        train_seconds, trained_samples, first_step_at, record = 0.0, 0.0, None, {}
+        train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
         for epoch in range(1, epochs + 1):
             loss_sum = torch.zeros((), device=run.device)
             steps = samples = 0
@@ -43,7 +45,8 @@ def train(config: TrainConfig, out: Path) -> dict:
                 for inputs, targets in loader:
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
                     loss_sum += run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
-                    first_step_at = first_step_at or time.perf_counter()
+                    if startup_seconds is None:  # from the user's command, not from train()
+                        startup_seconds = command_age(run.env) or time.perf_counter() - started
                     steps += 1
                     samples += len(targets)
                     advance()
@@ -74,7 +77,7 @@ def train(config: TrainConfig, out: Path) -> dict:
             "train_samples": len(train_set),
             "samples_per_second": trained_samples / train_seconds,
             "train_seconds": train_seconds,
-            "startup_seconds": (first_step_at or started) - started,
+            "startup_seconds": startup_seconds,
             "wall_seconds": time.perf_counter() - started,
             "torch_version": torch.__version__,
             "scaletrain_version": __version__,
