@@ -78,3 +78,19 @@ class Timer:
             "first_step_wall": self.first_step_wall, "samples_per_second": samples / seconds,
             "timed_seconds": seconds, "timed_samples": samples, "world_size": self.world_size,
             "threads": torch.get_num_threads(), **facts}))
+
+
+def timed_epochs(timer: Timer, loader, epochs: int, step, before_epoch=None) -> torch.Tensor:
+    """The loop every runner shares: `step(inputs, targets) -> loss` is the only part that
+    differs between libraries. Returns the last loss."""
+    loss = None
+    for epoch in range(epochs):
+        if before_epoch is not None:
+            before_epoch(epoch)
+        timer.start_epoch()
+        for inputs, targets in loader:
+            loss = step(inputs, targets)
+            if not timer.step(len(targets)):
+                break
+        timer.end_epoch()
+    return loss

@@ -34,13 +34,16 @@ class Config:
         return f"{self.workload} {self.nproc}p {self.runner}{suffix}"
 
 
-def build_configs(workloads: list[str], nprocs: list[int], runners: list[str], compression: str) -> list[Config]:
+def build_configs(workloads: list[str], nprocs: list[int], runners: list[str], compressions: list[str]) -> list[Config]:
+    """Every runner at every workload and process count; scaletrain's runners also with each
+    gradient compression on the communication-heavy MLP (with 2+ processes)."""
     configs = []
     for workload in workloads:
         for nproc in nprocs:
             configs += [Config(r, workload, nproc) for r in runners]
-            if compression != "none" and nproc > 1 and "mlp" in workload:
-                configs += [Config(r, workload, nproc, compression) for r in runners if r in ("api", "trainer")]
+            if nproc > 1 and "mlp" in workload:
+                configs += [Config(r, workload, nproc, c) for c in compressions if c != "none"
+                            for r in runners if r in ("api", "trainer")]
     return configs
 
 

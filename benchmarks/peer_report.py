@@ -97,10 +97,10 @@ def _machine() -> str:
     return f"{cpu_cores()} CPU core(s) ({platform.processor() or platform.machine()})"
 
 
-def accuracy_rows(scratch: Path, compression: str, timeout: float) -> list[dict]:
+def accuracy_rows(scratch: Path, compressions: list[str], timeout: float) -> list[dict]:
     """digits-mlp on 2 processes, fp32 gradients and compressed: the held-out accuracy cost."""
     found = []
-    for name in ("none", compression) if compression != "none" else ("none",):
+    for name in ["none", *(c for c in compressions if c != "none")]:
         out = scratch / f"accuracy-{name}"
         subprocess.run([sys.executable, "-m", "scaletrain", "train", "--workload", "digits-mlp", "--nproc-per-node",
                         "2", "--device", "cpu", "--grad-compression", name, "--out", str(out)], env=environment(),

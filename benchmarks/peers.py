@@ -44,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workloads", default="synthetic-cnn,synthetic-mlp", help="comma-separated")
     p.add_argument("--runners", default="raw,api,trainer,accelerate,fabric", help="comma-separated")
     p.add_argument("--compression", default="bf16",
-                   help="also run api and trainer with this --grad-compression on the MLP ('none' to skip)")
+                   help="also run api and trainer with these --grad-compression values (comma-separated) "
+                        "on the MLP ('none' to skip; default bf16)")
     p.add_argument("--epochs", type=int, default=3, help="the first is warm-up (default 3)")
     p.add_argument("--batch-size", type=int, default=32, help="samples per process per step (default 32)")
     p.add_argument("--accuracy", action="store_true",
@@ -65,7 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     configs = build_configs([w for w in args.workloads.split(",") if w], [int(n) for n in args.nprocs.split(",")],
-                            [r for r in args.runners.split(",") if r], args.compression)
+                            [r for r in args.runners.split(",") if r], args.compression.split(","))
     results: dict[str, list[dict]] = {c.key: [] for c in configs}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch:
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
                 results[config.key].append(result)
                 print(f"[rep {rep + 1}/{args.reps}] {config.key:38} {result['samples_per_second']:8.1f} samples/s  "
                       f"start-up {result['startup_seconds']:5.1f} s", flush=True)
-        accuracy = accuracy_rows(Path(scratch), args.compression, args.timeout) if args.accuracy else []
+        accuracy = accuracy_rows(Path(scratch), args.compression.split(","), args.timeout) if args.accuracy else []
     print_table(configs, results)
     text = markdown(configs, results, accuracy, args, time.time() - started)
     args.out.parent.mkdir(parents=True, exist_ok=True)

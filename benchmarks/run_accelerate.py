@@ -10,7 +10,7 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import Timer, build, parse_args  # noqa: E402
+from bench_common import Timer, build, parse_args, timed_epochs  # noqa: E402
 
 
 def main() -> None:
@@ -22,16 +22,15 @@ def main() -> None:
     loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     timer = Timer(accelerator.process_index, accelerator.num_processes, args.max_steps)
-    for _ in range(args.epochs):
-        timer.start_epoch()
-        for inputs, targets in loader:
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(inputs), targets)
-            accelerator.backward(loss)
-            optimizer.step()
-            if not timer.step(len(targets)):
-                break
-        timer.end_epoch()
+
+    def step(inputs, targets):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(inputs), targets)
+        accelerator.backward(loss)
+        optimizer.step()
+        return loss.detach()
+
+    loss = timed_epochs(timer, loader, args.epochs, step)
     timer.write(args.result, loss=loss.item(), distributed_type=str(accelerator.distributed_type))
     accelerator.end_training()
 

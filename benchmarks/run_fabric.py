@@ -11,7 +11,7 @@ from lightning.fabric import Fabric
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import Timer, build, parse_args  # noqa: E402
+from bench_common import Timer, build, parse_args, timed_epochs  # noqa: E402
 
 
 def main() -> None:
@@ -24,16 +24,15 @@ def main() -> None:
     model, optimizer = fabric.setup(model, optimizer)
     loader = fabric.setup_dataloaders(DataLoader(train_set, batch_size=args.batch_size, shuffle=True))
     timer = Timer(fabric.global_rank, fabric.world_size, args.max_steps)
-    for _ in range(args.epochs):
-        timer.start_epoch()
-        for inputs, targets in loader:
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(inputs), targets)
-            fabric.backward(loss)
-            optimizer.step()
-            if not timer.step(len(targets)):
-                break
-        timer.end_epoch()
+
+    def step(inputs, targets):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(inputs), targets)
+        fabric.backward(loss)
+        optimizer.step()
+        return loss.detach()
+
+    loss = timed_epochs(timer, loader, args.epochs, step)
     timer.write(args.result, loss=loss.item())
 
 

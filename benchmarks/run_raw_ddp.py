@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import Timer, build, parse_args  # noqa: E402
+from bench_common import Timer, build, parse_args, timed_epochs  # noqa: E402
 
 
 def main() -> None:
@@ -27,17 +27,15 @@ def main() -> None:
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
     timer = Timer(rank, world, args.max_steps)
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        timer.start_epoch()
-        for inputs, targets in loader:
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(inputs), targets)
-            loss.backward()
-            optimizer.step()
-            if not timer.step(len(targets)):
-                break
-        timer.end_epoch()
+
+    def step(inputs, targets):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    loss = timed_epochs(timer, loader, args.epochs, step, before_epoch=sampler.set_epoch)
     timer.write(args.result, loss=loss.item())
     dist.destroy_process_group()
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaletrain  # noqa: E402
-from bench_common import Timer, build, parse_args  # noqa: E402
+from bench_common import Timer, build, parse_args, timed_epochs  # noqa: E402
 
 
 def main() -> None:
@@ -21,13 +21,8 @@ def main() -> None:
         model, optimizer = run.setup(model, torch.optim.Adam(model.parameters(), lr=lr))
         loader = run.loader(train_set, batch_size=args.batch_size, shuffle=True)
         timer = Timer(run.rank, run.world_size, args.max_steps)
-        for _ in range(args.epochs):
-            timer.start_epoch()
-            for inputs, targets in loader:
-                loss = run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
-                if not timer.step(len(targets)):
-                    break
-            timer.end_epoch()
+        loss = timed_epochs(timer, loader, args.epochs,
+                            lambda inputs, targets: run.train_step(model, optimizer, inputs, targets, F.cross_entropy))
         timer.write(args.result, loss=loss.item())
 
 

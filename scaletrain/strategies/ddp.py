@@ -7,6 +7,8 @@ Options (`scaletrain.init("ddp", **options)`, or `TrainConfig.strategy_options`)
   bucket_cap_mb     size of DDP's gradient buckets (torch's default, 25 MB, when left out).
   static_graph      True when every step uses the same parameters in the same order
                     (no data-dependent branches): DDP then skips per-step bookkeeping.
+                    Off by default: torch's DDP then fails in no_sync() before the first
+                    synchronised step, which gradient accumulation does.
   powersgd_rank     the rank of PowerSGD's low-rank approximation (default 2).
 """
 
