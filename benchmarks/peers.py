@@ -41,6 +41,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5, help="repetitions of every configuration (default 5)")
     p.add_argument("--nprocs", default="1,2", help="process counts, comma-separated (default 1,2)")
+    p.add_argument("--single-reps", type=int, default=None,
+                   help="repetitions of the 1-process configurations (default: --reps); they are slow, and "
+                        "the comparisons that matter are at 2+ processes")
     p.add_argument("--workloads", default="synthetic-cnn,synthetic-mlp", help="comma-separated")
     p.add_argument("--runners", default="raw,api,trainer,accelerate,fabric", help="comma-separated")
     p.add_argument("--compression", default="bf16",
@@ -73,6 +76,8 @@ def main(argv=None) -> int:
         for rep in range(args.reps):
             shift = rep % len(configs)
             for config in configs[shift:] + configs[:shift]:
+                if config.nproc == 1 and args.single_reps is not None and rep >= args.single_reps:
+                    continue
                 result = run_config(config, Path(scratch), args.epochs, args.batch_size, args.timeout, args.max_steps)
                 results[config.key].append(result)
                 print(f"[rep {rep + 1}/{args.reps}] {config.key:38} {result['samples_per_second']:8.1f} samples/s  "

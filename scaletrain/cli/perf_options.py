@@ -40,8 +40,8 @@ def apply_perf_options(args: argparse.Namespace, config: TrainConfig) -> TrainCo
             flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} {value} does not apply to --strategy {config.strategy}; "
                              f"use it with a strategy that all-reduces gradients (e.g. --strategy ddp)")
-    # DDP's static_graph is not turned on by default: it gains nothing measurable on these
-    # models, and it breaks no_sync() (gradient accumulation) in a run's first steps.
+    # DDP's static_graph stays off (an option of the strategy only): with it, torch's DDP
+    # fails in no_sync() (gradient accumulation) before the first synchronised step.
     config.strategy_options = {**config.strategy_options, **wanted}
     config.pin_cores = args.pin_cores
     return config
