@@ -34,7 +34,7 @@ from .checkpoint import DEFAULT_KEEP, Checkpointer
 from .backends import choose_backend
 from .data import ShardedLoader, eval_loader, move_to
 from .environment import DistEnv, detect
-from .devices import choose_device, threads_per_process
+from .devices import choose_device, pin_cores, threads_per_process
 from .fault.start import backstop_timeout, start_watchdog
 from .strategies import Strategy, get_strategy
 
@@ -63,6 +63,7 @@ class Run:
         self.started = time.perf_counter()
         self.steps_taken = 0  # train_step calls so far (restored by load_checkpoint)
         self._watchdog = None  # hang detection, when there are peers to wait for
+        self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.env.rank)
@@ -239,7 +240,8 @@ class Run:
         facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
                  "world_size": self.world_size, "nnodes": self.nnodes,
                  "nproc_per_node": self.local_world_size, "launcher": self.env.launcher,
-                 "threads_per_process": self.threads, "data_parallel_size": size}
+                 "threads_per_process": self.threads, "data_parallel_size": size,
+                 "pinned_cores": self.cores}
         facts.update(self.strategy.describe(self))
         return facts
 
@@ -269,23 +271,28 @@ class Run:
 
 def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[timedelta] = None,
-         environ: Optional[Mapping[str, str]] = None, **strategy_options: Any) -> Run:
+         environ: Optional[Mapping[str, str]] = None, pin: bool = True, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
     `scaletrain launch` it joins the job. `seed` is applied on every rank (None: leave the
-    random state alone)."""
+    random state alone). `pin`: bind each of a node's processes to its own cores (see
+    `devices.pin_cores`); False leaves the affinity to the operating system."""
     env = detect(os.environ if environ is None else environ)
     strat = get_strategy(strategy, **strategy_options)
     dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
     chosen_backend = choose_backend(backend, dev.type)
     n_threads = threads_per_process(env.local_world_size, threads)
+    cores = pin_cores(env.local_rank, env.local_world_size) if pin and environ is None else None
+    if cores and threads is None:
+        n_threads = len(cores)  # one thread per core of its own
     torch.set_num_threads(n_threads)
     if seed is not None:
         seed_everything(seed)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     run = Run(env, strat, dev, chosen_backend, n_threads, owns_group=False, seed=seed or 0)
+    run.cores = cores
     strat.validate(run)  # before joining: a doomed run should not make its peers wait
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev,
                                                        backstop_timeout(timeout or process_group.DEFAULT_TIMEOUT))

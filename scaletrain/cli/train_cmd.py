@@ -23,6 +23,7 @@ from .fault_options import (add_fault_arguments, check_fault_flags, describe_res
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
 from .strategy_options import add_strategy_arguments, strategy_options_from_args
+from .perf_options import add_perf_arguments, apply_perf_options
 
 NAME = "train"
 HELP = "train a model (the built-in digits CNN by default) with a strategy on N processes"
@@ -49,14 +50,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_launch_arguments(p, "one per GPU, else one per CPU core; 1 for one-process strategies")
     add_fault_arguments(p)
     add_strategy_arguments(p)
+    add_perf_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
-                       epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
-                       lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
-                       device=None if args.device == "auto" else args.device, threads=args.threads,
-                       strategy_options=strategy_options_from_args(args), **fault_config(args))
+    config = TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
+                         epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
+                         lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
+                         device=None if args.device == "auto" else args.device, threads=args.threads,
+                         strategy_options=strategy_options_from_args(args), **fault_config(args))
+    return apply_perf_options(args, config)
 
 
 def default_nproc(strategy: str) -> int:

@@ -7,7 +7,6 @@ bytes one after the other, an all-gather or a reduce-scatter (n-1) of them.
 
 from __future__ import annotations
 
-import math
 
 #: DistributedDataParallel's bucket sizes: the first bucket (the last layers' gradients,
 #: ready first) is capped small so communication starts early; the others at 25 MiB.

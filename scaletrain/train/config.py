@@ -40,6 +40,8 @@ class TrainConfig:
     """None, "auto" (the newest checkpoint under the output folder, if any) or a checkpoint path."""
     timeout_seconds: Optional[float] = None
     """How long a rank waits for its peers before naming the missing ones and exiting."""
+    pin_cores: bool = True
+    """Bind each process of a node to its own cores (see `scaletrain.devices.pin_cores`)."""
     strategy_options: dict = field(default_factory=dict)
     """Options particular to the strategy."""
 

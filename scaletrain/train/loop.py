@@ -13,8 +13,10 @@ import torch.nn.functional as F
 from .. import __version__
 from ..api import init
 from ..checkpoint.training import TrainerCheckpoints
+from ..startup import command_age
 from ..workloads import get_workload
 from .config import TrainConfig
+from .optimizer import adam
 from .report import Reporter
 
 
@@ -26,10 +28,10 @@ def train(config: TrainConfig, out: Path) -> dict:
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
-              **config.strategy_options) as run:
+              pin=config.pin_cores, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         model = workload.build_model()
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = adam(model.parameters(), lr=lr)
         model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
         reporter = Reporter(run.is_main, out)
@@ -40,7 +42,7 @@ def train(config: TrainConfig, out: Path) -> dict:
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
                                          reporter.say)
         start = checkpoints.resume(model, optimizer, loader, epochs)
-        train_seconds, trained_samples, first_step_at, record = 0.0, 0.0, None, {}
+        train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
         for epoch in range(start["epoch"], epochs + 1):
             loss_sum = torch.full((), start["loss_sum"], device=run.device)
             steps, samples = start["steps"], start["samples"]
@@ -50,7 +52,8 @@ def train(config: TrainConfig, out: Path) -> dict:
                 for inputs, targets in loader:
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
                     loss_sum += run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
-                    first_step_at = first_step_at or time.perf_counter()
+                    if startup_seconds is None:  # from the user's command, not from train()
+                        startup_seconds = command_age(run.env) or time.perf_counter() - started
                     steps += 1
                     samples += len(targets)
                     advance()
@@ -84,7 +87,7 @@ def train(config: TrainConfig, out: Path) -> dict:
             "train_samples": len(train_set),
             "samples_per_second": trained_samples / train_seconds,
             "train_seconds": train_seconds,
-            "startup_seconds": (first_step_at or started) - started,
+            "startup_seconds": startup_seconds,
             "wall_seconds": time.perf_counter() - started,
             "torch_version": torch.__version__,
             "scaletrain_version": __version__,

@@ -69,9 +69,14 @@ class Reporter:
             ("held-out accuracy", f"{summary['final_accuracy']:.4f} on {summary['eval_samples']} samples"),
             ("held-out loss", f"{summary['final_loss']:.4f}"),
             ("samples/s", f"{summary['samples_per_second']:,.0f}"),
+            ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
             ("wall time", f"{summary['wall_seconds']:.1f} s"),
             ("written", str(self.out / SUMMARY_FILE)),
         ]
         for key, value in rows:
             table.add_row(key, str(value))
         self.console.print(table)
+
+
+def _seconds(value, note: str) -> str:
+    return "unknown" if value is None else f"{value:.1f} s {note}"

@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 from ..errors import UsageError
 from .digits import digits_datasets
 from .factories import build_user_datasets, build_user_model
-from .models import cifar_cnn, digits_cnn, digits_mlp
+from .models import cifar_cnn, digits_cnn, digits_mlp, wide_mlp
 from .synthetic import synthetic_images
 
 
@@ -32,6 +32,8 @@ BUILTIN: dict[str, Workload] = {w.name: w for w in (
              lr=1e-3, epochs=10),
     Workload("synthetic-cnn", "the 32×32 colour-image CNN on synthetic images (speed work)", cifar_cnn,
              synthetic_images, lr=1e-3, epochs=2),
+    Workload("synthetic-mlp", "a wide MLP (10.5 M parameters) on synthetic images: communication-bound (speed work)",
+             wide_mlp, synthetic_images, lr=1e-4, epochs=2),
 )}
 
 

@@ -1,5 +1,4 @@
 """Raises on one rank (default 1) after joining the group; the others wait in a collective."""
-import os
 import sys
 import time
 

@@ -1,0 +1,97 @@
+"""scaletrain against raw DDP, Hugging Face Accelerate and Lightning Fabric, in one invocation.
+
+    flock /tmp/scaletrain-bench.lock python benchmarks/peers.py --reps 5
+
+Every configuration trains the same model on the same data with the same optimizer (Adam),
+batch per process and epochs (see bench_common.py); they differ only in who runs the loop:
+
+  raw          a hand-written DDP loop (run_raw_ddp.py) under `torchrun` — the reference
+  api          scaletrain's library API (run_scaletrain_api.py) under `torchrun`, its defaults
+  trainer      `scaletrain train --workload W --nproc-per-node N`, its defaults
+  accelerate   run_accelerate.py under `accelerate launch` (--multi_gpu --num_processes N for N > 1:
+               Accelerate's only launcher that starts several processes without an MPI set-up)
+  fabric       run_fabric.py: Fabric(accelerator="cpu", devices=N, strategy="ddp"), fabric.launch()
+  *+bf16       the same with scaletrain's --grad-compression bf16 (communication-heavy MLP)
+
+Runs alternate (round robin, the order rotated every repetition) so that a slow spell on a
+shared machine hits every configuration alike; the tables show medians and ratios against
+raw DDP at the same workload and process count. Throughput is samples/s over the epochs
+after the first; start-up is from the moment the command is started to the end of the
+first training step. The whole benchmark runs on the CPU (gloo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peer_configs import Config, build_configs, run_config  # noqa: E402
+from peer_report import accuracy_rows, markdown, print_table  # noqa: E402
+
+REPO = HERE.parent
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=5, help="repetitions of every configuration (default 5)")
+    p.add_argument("--nprocs", default="1,2", help="process counts, comma-separated (default 1,2)")
+    p.add_argument("--single-reps", type=int, default=None,
+                   help="repetitions of the 1-process configurations (default: --reps); they are slow, and "
+                        "the comparisons that matter are at 2+ processes")
+    p.add_argument("--workloads", default="synthetic-cnn,synthetic-mlp", help="comma-separated")
+    p.add_argument("--runners", default="raw,api,trainer,accelerate,fabric", help="comma-separated")
+    p.add_argument("--compression", default="bf16",
+                   help="also run api and trainer with these --grad-compression values (comma-separated) "
+                        "on the MLP ('none' to skip; default bf16)")
+    p.add_argument("--epochs", type=int, default=3, help="the first is warm-up (default 3)")
+    p.add_argument("--batch-size", type=int, default=32, help="samples per process per step (default 32)")
+    p.add_argument("--accuracy", action="store_true",
+                   help="also train digits-mlp on 2 processes with and without --compression; report accuracy")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: synthetic-cnn, raw and api only, 1 repetition, 2 epochs of at most 3 steps")
+    p.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most, for raw/api/peers (0: all)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds before one run is killed")
+    p.add_argument("--out", type=Path, default=REPO / "docs" / "performance-results.md",
+                   help="markdown file to write (default docs/performance-results.md)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.reps, args.workloads, args.runners, args.compression, args.epochs = 1, "synthetic-cnn", "raw,api", "none", 2
+        args.max_steps = 3
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    configs = build_configs([w for w in args.workloads.split(",") if w], [int(n) for n in args.nprocs.split(",")],
+                            [r for r in args.runners.split(",") if r], args.compression.split(","))
+    results: dict[str, list[dict]] = {c.key: [] for c in configs}
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch:
+        for rep in range(args.reps):
+            shift = rep % len(configs)
+            for config in configs[shift:] + configs[:shift]:
+                if config.nproc == 1 and args.single_reps is not None and rep >= args.single_reps:
+                    continue
+                result = run_config(config, Path(scratch), args.epochs, args.batch_size, args.timeout, args.max_steps)
+                results[config.key].append(result)
+                print(f"[rep {rep + 1}/{args.reps}] {config.key:38} {result['samples_per_second']:8.1f} samples/s  "
+                      f"start-up {result['startup_seconds']:5.1f} s", flush=True)
+        accuracy = accuracy_rows(Path(scratch), args.compression.split(","), args.timeout) if args.accuracy else []
+    print_table(configs, results)
+    text = markdown(configs, results, accuracy, args, time.time() - started)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    (args.out.with_suffix(".json")).write_text(json.dumps(
+        {"args": {k: str(v) for k, v in vars(args).items()}, "results": results, "accuracy": accuracy}, indent=1))
+    print(f"written: {args.out} (and {args.out.with_suffix('.json').name})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
