@@ -55,6 +55,6 @@ class DDPStrategy(Strategy):
         return model.no_sync()
 
     def describe(self, run) -> dict:
-        return {"grad_compression": self.compression,
+        return {**super().describe(run), "grad_compression": self.compression,
                 "static_graph": bool(self.options.get("static_graph", False)),
                 "bucket_cap_mb": self.options.get("bucket_cap_mb")}
