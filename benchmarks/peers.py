@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from peer_configs import Config, build_configs, run_config  # noqa: E402
+from peer_configs import build_configs, run_config  # noqa: E402
 from peer_report import accuracy_rows, markdown, print_table  # noqa: E402
 
 REPO = HERE.parent
