@@ -24,7 +24,7 @@ def _pyplot():
 
 def _bar_figure(rows: list[dict]):
     """A figure with one horizontal bar row per configuration, tall enough for all."""
-    return _pyplot().subplots(figsize=(6.4, 0.6 * len(rows) + 1.8), dpi=100)
+    return _pyplot().subplots(figsize=(7.2, 0.6 * len(rows) + 2.1), dpi=100)
 
 
 def _save(fig, ax, path: Path, title: str) -> Path:
@@ -101,5 +101,6 @@ def breakdown_plot(rows: list[dict], path: Path, title: str) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds per step (median)")
     ax.set_xlim(0, max(left) * 1.45)
-    ax.legend(fontsize=7, loc="lower right")
+    # Below the axes, in one row: inside them it would cover a bar or its label.
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(PARTS), frameon=False)
     return _save(fig, ax, path, title)
