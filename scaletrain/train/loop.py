@@ -88,7 +88,8 @@ def train(config: TrainConfig, out: Path) -> dict:
             "samples_per_second": trained_samples / train_seconds,
             "train_seconds": train_seconds,
             "startup_seconds": startup_seconds,
-            "wall_seconds": time.perf_counter() - started,
+            # From the user's command, like the start-up time (this process's own time otherwise).
+            "wall_seconds": command_age(run.env) or time.perf_counter() - started,
             "torch_version": torch.__version__,
             "scaletrain_version": __version__,
             **checkpoints.summary(),

@@ -70,7 +70,7 @@ class Reporter:
             ("held-out loss", f"{summary['final_loss']:.4f}"),
             ("samples/s", f"{summary['samples_per_second']:,.0f}"),
             ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
-            ("wall time", f"{summary['wall_seconds']:.1f} s"),
+            ("wall time", f"{summary['wall_seconds']:.1f} s from the command"),
             ("written", str(self.out / SUMMARY_FILE)),
         ]
         for key, value in rows:
