@@ -138,19 +138,17 @@ def _check_ifname(plan: Plan, routed: Optional[str]) -> list[Finding]:
 
 
 def _check_port_free(address: str, port: int) -> Finding:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("" if _is_loopback(address) else address, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                from ..launch.ports import free_port
+    from ..launch.ports import bind_error, free_port
 
-                return Finding(PROBLEM, f"port {port} on this (master) machine is already in use",
-                               f"use another port: MASTER_PORT={free_port()} (or --master-port), or stop the "
-                               "program holding it")
-            return Finding(PROBLEM, f"cannot listen on {address}:{port}: {exc.strerror}",
-                           "choose a MASTER_PORT from 1024 to 65535 that this user may bind")
-    return Finding(OK, f"port {port} is free on this (master) machine")
+    exc = bind_error("" if _is_loopback(address) else address, port)
+    if exc is None:
+        return Finding(OK, f"port {port} is free on this (master) machine")
+    if exc.errno == errno.EADDRINUSE:
+        return Finding(PROBLEM, f"port {port} on this (master) machine is already in use",
+                       f"use another port: MASTER_PORT={free_port()} (or --master-port), or stop the "
+                       "program holding it")
+    return Finding(PROBLEM, f"cannot listen on {address}:{port}: {exc.strerror}",
+                   "choose a MASTER_PORT from 1024 to 65535 that this user may bind")
 
 
 def _check_port_reachable(address: str, port: int, timeout_s: float = 3.0) -> Finding:

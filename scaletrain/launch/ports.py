@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Optional
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -11,3 +12,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def bind_error(ip: str, port: int) -> Optional[OSError]:
+    """None when this host could listen on ip:port now ("" for every address), else the
+    error binding raised (EADDRINUSE: taken; EADDRNOTAVAIL: not an address of this host)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((ip, port))
+        except OSError as exc:
+            return exc
+    return None

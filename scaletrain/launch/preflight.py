@@ -12,7 +12,7 @@ import time
 from .. import netif
 from ..errors import UsageError
 from .planner import rendezvous_host
-from .ports import free_port
+from .ports import bind_error, free_port
 from .request import LaunchRequest, split_endpoint
 from .spawn import PORT_AT_START
 
@@ -32,19 +32,17 @@ def _port_flag(req: LaunchRequest) -> str:
 
 def check_port_free(req: LaunchRequest, host: str, port: int) -> None:
     """This host serves the rendezvous: the address must be ours and the port free."""
-    ip = netif.resolve(host)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((ip, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise UsageError(f"port {port} is already in use on this host (another job?); choose another "
-                                 f"{_port_flag(req)}, e.g. {free_port()}") from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                addrs = ", ".join(i.address for i in netif.local_interfaces() if i.name != "lo") or "none"
-                raise UsageError(f"{host} is not an address of this host, but this node hosts the rendezvous "
-                                 f"(--node-rank 0); give one of this host's addresses ({addrs})") from None
-            raise
+    exc = bind_error(netif.resolve(host), port)
+    if exc is None:
+        return
+    if exc.errno == errno.EADDRINUSE:
+        raise UsageError(f"port {port} is already in use on this host (another job?); choose another "
+                         f"{_port_flag(req)}, e.g. {free_port()}")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        addrs = ", ".join(i.address for i in netif.local_interfaces() if i.name != "lo") or "none"
+        raise UsageError(f"{host} is not an address of this host, but this node hosts the rendezvous "
+                         f"(--node-rank 0); give one of this host's addresses ({addrs})")
+    raise exc
 
 
 def wait_for_master(req: LaunchRequest, host: str, port: int, attempt_s: float = 3.0) -> None:
