@@ -27,6 +27,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most (0: all; for smoke tests)")
     p.add_argument("--processes", type=int, default=1, help="(Fabric only: it starts the processes itself)")
     p.add_argument("--grad-compression", default="none", help="(scaletrain runners only)")
+    p.add_argument("--no-pin", action="store_true",
+                   help="(scaletrain API only) leave core affinity to the OS, as the raw loop does")
     return p.parse_args(argv)
 
 

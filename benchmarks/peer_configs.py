@@ -21,29 +21,43 @@ LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER
                  "GROUP_RANK", "GROUP_WORLD_SIZE", "SCALETRAIN_LAUNCHER", "OMP_NUM_THREADS")
 
 
+NETNS = REPO / "testbed" / "netns.sh"
+#: The two namespace "hosts" of testbed/netns.sh: node 0's address is the master's.
+MASTER_ON_LINK = "10.77.0.1"
+
+
 @dataclass(frozen=True)
 class Config:
-    runner: str        # raw, api, trainer, accelerate, fabric
+    runner: str        # raw, api, api-unpinned, trainer, accelerate, fabric
     workload: str
     nproc: int
     compression: str = "none"
+    #: "" for processes on this machine; else two namespace hosts (testbed/netns.sh), one
+    #: process and one core each, joined by a link capped at this tc rate ("veth": no cap).
+    link: str = ""
 
     @property
     def key(self) -> str:
         suffix = "" if self.compression == "none" else f"+{self.compression}"
-        return f"{self.workload} {self.nproc}p {self.runner}{suffix}"
+        where = f" 2 hosts@{self.link}" if self.link else ""
+        return f"{self.workload} {self.nproc}p {self.runner}{suffix}{where}"
 
 
-def build_configs(workloads: list[str], nprocs: list[int], runners: list[str], compressions: list[str]) -> list[Config]:
-    """Every runner at every workload and process count; scaletrain's runners also with each
-    gradient compression on the communication-heavy MLP (with 2+ processes)."""
+def build_configs(workloads: list[str], nprocs: list[int], runners: list[str], compressions: list[str],
+                  links: list[str] = ()) -> list[Config]:
+    """Every runner at every workload and process count; on the communication-heavy MLP
+    (2+ processes) scaletrain's runners also with each gradient compression, and the trainer
+    with and without it between two hosts over each link."""
     configs = []
+    compressed = [c for c in compressions if c != "none"]
     for workload in workloads:
         for nproc in nprocs:
             configs += [Config(r, workload, nproc) for r in runners]
             if nproc > 1 and "mlp" in workload:
-                configs += [Config(r, workload, nproc, c) for c in compressions if c != "none"
+                configs += [Config(r, workload, nproc, c) for c in compressed
                             for r in runners if r in ("api", "trainer")]
+            if nproc == 2 and "mlp" in workload and compressed:
+                configs += [Config("trainer", workload, 2, c, link) for link in links for c in ["none", *compressed]]
     return configs
 
 
@@ -64,9 +78,10 @@ def command(config: Config, result: Path, out: Path, epochs: int, batch: int, ma
               "--result", str(result), "--max-steps", str(max_steps)]
     if config.runner == "raw":
         return [*torchrun(config.nproc), str(HERE / "run_raw_ddp.py"), *common]
-    if config.runner == "api":
+    if config.runner in ("api", "api-unpinned"):
+        unpinned = ["--no-pin"] if config.runner == "api-unpinned" else []
         return [*torchrun(config.nproc), str(HERE / "run_scaletrain_api.py"), *common,
-                "--grad-compression", config.compression]
+                "--grad-compression", config.compression, *unpinned]
     if config.runner == "trainer":
         return [PY, "-m", "scaletrain", "train", "--workload", config.workload, "--nproc-per-node",
                 str(config.nproc), "--batch-size", str(batch), "--epochs", str(epochs), "--device", "cpu",
@@ -88,32 +103,77 @@ def environment() -> dict:
 
 
 def run_config(config: Config, scratch: Path, epochs: int, batch: int, timeout: float, max_steps: int = 0) -> dict:
-    """Runs one configuration once (in its own session, killed whole on timeout)."""
-    stamp = f"{config.key.replace(' ', '_').replace('+', '_')}-{time.monotonic_ns()}"
+    """Runs one configuration once (each command in its own session, killed whole on timeout)."""
+    stamp = f"{config.key.replace(' ', '_').replace('+', '_').replace('@', '_')}-{time.monotonic_ns()}"
     result, out = scratch / f"{stamp}.json", scratch / stamp
-    argv = command(config, result, out, epochs, batch, max_steps)
+    argvs = two_host_commands(config, out, epochs, batch) if config.link else [
+        command(config, result, out, epochs, batch, max_steps)]
     started = time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment(),
-                            cwd=REPO, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        raise SystemExit(f"{config.key}: timed out after {timeout:.0f} s\n{output[-3000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    run_together(config.key, argvs, timeout)
     wall = time.time() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"{config.key}: exit status {proc.returncode}: {' '.join(argv)}\n{output[-3000:]}")
     if config.runner == "trainer":
         return trainer_result(out, wall)
     data = json.loads(result.read_text())
     data.update(startup_seconds=data["first_step_wall"] - started, wall_seconds=wall)
     return data
+
+
+def run_together(key: str, argvs: list[list[str]], timeout: float) -> None:
+    """Starts every command at once and waits for all; any failure or timeout ends the
+    benchmark with the command's output (every process group is killed either way)."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment(),
+                              cwd=REPO, start_new_session=True) for argv in argvs]
+    deadline = time.monotonic() + timeout
+    try:
+        for proc, argv in zip(procs, argvs):
+            try:
+                output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise SystemExit(f"{key}: timed out after {timeout:.0f} s: {' '.join(argv)}")
+            if proc.returncode != 0:
+                raise SystemExit(f"{key}: exit status {proc.returncode}: {' '.join(argv)}\n{output[-3000:]}")
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+
+
+def two_host_commands(config: Config, out: Path, epochs: int, batch: int) -> list[list[str]]:
+    """`scaletrain train` on both namespace hosts (torchrun, static rendezvous), one process
+    each, each host held to its own core as a one-core machine would be."""
+    cores = sorted(os.sched_getaffinity(0))
+    port = str(free_port())
+    argvs = []
+    for node in (0, 1):
+        node_out = out if node == 0 else out.with_name(out.name + "-node1")  # only rank 0 (node 0) writes
+        argvs.append([str(NETNS), "exec", str(node), "taskset", "-c", str(cores[node % len(cores)]),
+                      PY, "-m", "scaletrain", "train", "--workload", config.workload, "--nproc-per-node", "1",
+                      "--batch-size", str(batch), "--epochs", str(epochs), "--device", "cpu",
+                      "--grad-compression", config.compression, "--launcher", "torchrun", "--nnodes", "2",
+                      "--node-rank", str(node), "--master-addr", MASTER_ON_LINK, "--master-port", port,
+                      "--out", str(node_out)])
+    return argvs
+
+
+def prepare_link(link: str) -> None:
+    """Caps the namespace link at `link` (a tc rate), or lifts the cap for "veth"."""
+    argv = [str(NETNS), "unshape"] if link == "veth" else [str(NETNS), "shape", link]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+def links_unavailable() -> str | None:
+    """Why two namespace hosts cannot be made here, or None when they can."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return "two hosts need network namespaces, which need root"
+    missing = [tool for tool in ("ip", "tc", "taskset") if shutil.which(tool) is None]
+    if missing:
+        return f"two hosts need {', '.join(missing)} (apt-get install iproute2 util-linux)"
+    return None
 
 
 def trainer_result(out: Path, wall: float) -> dict:

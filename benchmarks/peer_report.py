@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,8 @@ PEERS = {
     "raw": "hand-written DDP loop, `torchrun --nproc-per-node N` (torchrun sets OMP_NUM_THREADS=1 when N > 1)",
     "api": "scaletrain library API (`scaletrain.init` / `run.setup` / `run.loader` / `run.train_step`), "
            "`torchrun --nproc-per-node N`, scaletrain's defaults",
+    "api-unpinned": "the same API loop given exactly the raw loop's settings: `scaletrain.init(pin=False)` "
+                    "(one thread per process, core affinity left to the OS) — the library's own cost",
     "trainer": "`scaletrain train --workload W --nproc-per-node N --device cpu`, scaletrain's defaults",
     "accelerate": "`accelerate launch [--multi_gpu --num_processes N] run_accelerate.py`, `Accelerator(cpu=True)` "
                   "when no GPU is visible, no config file, Accelerate's own thread default",
@@ -38,9 +41,41 @@ def summarise(config: Config, runs: list[dict], reference: list[dict] | None) ->
 def rows(configs: list[Config], results: dict[str, list[dict]]) -> list[dict]:
     out = []
     for c in configs:
-        reference = results.get(Config("raw", c.workload, c.nproc).key)
+        # Raw DDP runs on this machine only: a two-host row has no raw row to compare with.
+        reference = None if c.link else results.get(Config("raw", c.workload, c.nproc).key)
         out.append(summarise(c, results[c.key], reference))
     return out
+
+
+def compression_rows(configs: list[Config], results: dict[str, list[dict]]) -> list[dict]:
+    """Every compressed configuration against the same one with fp32 gradients: medians of
+    each, and the median of the ratios of runs made in the same repetition."""
+    found = []
+    for c in configs:
+        fp32 = Config(c.runner, c.workload, c.nproc, "none", c.link)
+        if c.compression == "none" or not results.get(fp32.key) or not results.get(c.key):
+            continue
+        plain, compressed = results[fp32.key], results[c.key]
+        paired = [b["samples_per_second"] / a["samples_per_second"] for a, b in zip(plain, compressed)]
+        fast = statistics.median(r["samples_per_second"] for r in compressed)
+        slow = statistics.median(r["samples_per_second"] for r in plain)
+        found.append({"config": c, "fp32": slow, "compressed": fast, "ratio": fast / slow,
+                      "paired": statistics.median(paired), "n": len(paired)})
+    return found
+
+
+def _where(c: Config) -> str:
+    if not c.link:
+        return f"one machine, {c.nproc} processes"
+    return f"2 hosts, 1 core each, {link_words(c.link)}"
+
+
+def link_words(link: str) -> str:
+    """'10gbit' -> 'a 10 Gbit/s link' (tc's rate spelling, as a reader would write it)."""
+    if link == "veth":
+        return "an uncapped veth link"
+    match = re.fullmatch(r"([\d.]+)([kmgt]?)bit", link.lower())
+    return f"a {match[1]} {match[2].upper()}bit/s link" if match else f"a link at tc rate {link}"
 
 
 def _ratio(value) -> str:
@@ -48,10 +83,14 @@ def _ratio(value) -> str:
 
 
 def print_table(configs: list[Config], results: dict[str, list[dict]]) -> None:
-    print(f"\n{'configuration':40} {'samples/s':>10} {'vs raw':>8} {'start-up s':>11} {'vs raw':>8}  threads  runs")
+    print(f"\n{'configuration':46} {'samples/s':>10} {'vs raw':>8} {'start-up s':>11} {'vs raw':>8}  threads  runs")
     for row in rows(configs, results):
-        print(f"{row['config'].key:40} {row['speed']:10.1f} {_ratio(row['speed_ratio']):>8} {row['startup']:11.2f} "
+        print(f"{row['config'].key:46} {row['speed']:10.1f} {_ratio(row['speed_ratio']):>8} {row['startup']:11.2f} "
               f"{_ratio(row['startup_ratio']):>8}  {row['threads']}  {row['n']}")
+    for row in compression_rows(configs, results):
+        c = row["config"]
+        print(f"{c.compression} gradients vs fp32, {c.runner}, {_where(c)}: {row['compressed']:.1f} vs {row['fp32']:.1f} "
+              f"samples/s = {row['ratio']:.3f}× (paired {row['paired']:.3f}×)")
 
 
 def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: list[dict], args, seconds: float) -> str:
@@ -74,9 +113,18 @@ def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: li
     for row in rows(configs, results):
         c = row["config"]
         runner = c.runner + ("" if c.compression == "none" else f" + {c.compression} gradients")
+        runner += f" (2 hosts, {link_words(c.link)})" if c.link else ""
         lines.append(f"| {c.workload} | {c.nproc} | {runner} | {row['speed']:.1f} | {_ratio(row['speed_ratio'])} | "
                      f"{row['startup']:.2f} | {_ratio(row['startup_ratio'])} | "
                      f"{', '.join(map(str, row['threads']))} | {row['n']} |")
+    compression = compression_rows(configs, results)
+    if compression:
+        lines += ["", f"Gradient compression on the communication-heavy MLP against fp32 gradients, same runner, same "
+                  "place (medians; *paired*: the median of the ratios of runs made in the same repetition):", "",
+                  "| where | runner | gradients | fp32 samples/s | compressed samples/s | ratio | paired ratio | runs |",
+                  "|---|---|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {_where(r['config'])} | {r['config'].runner} | {r['config'].compression} | {r['fp32']:.1f} | "
+                  f"{r['compressed']:.1f} | {r['ratio']:.3f}× | {r['paired']:.3f}× | {r['n']} |" for r in compression]
     if accuracy:
         lines += ["", "Held-out accuracy of `scaletrain train --workload digits-mlp --nproc-per-node 2` "
                   "(real data, 360 held-out digits, seed 0):", "",

@@ -7,11 +7,16 @@ batch per process and epochs (see bench_common.py); they differ only in who runs
 
   raw          a hand-written DDP loop (run_raw_ddp.py) under `torchrun` — the reference
   api          scaletrain's library API (run_scaletrain_api.py) under `torchrun`, its defaults
+  api-unpinned the same with the raw loop's exact settings (core affinity left to the OS)
   trainer      `scaletrain train --workload W --nproc-per-node N`, its defaults
   accelerate   run_accelerate.py under `accelerate launch` (--multi_gpu --num_processes N for N > 1:
                Accelerate's only launcher that starts several processes without an MPI set-up)
   fabric       run_fabric.py: Fabric(accelerator="cpu", devices=N, strategy="ddp"), fabric.launch()
   *+bf16       the same with scaletrain's --grad-compression bf16 (communication-heavy MLP)
+  * 2 hosts@R  the trainer on two hosts (network namespaces from testbed/netns.sh, one process
+               and one core each) joined by a link capped at tc rate R, with and without
+               compression: what compression is for is a slow wire, which one machine's
+               loopback is not (needs root, iproute2)
 
 Runs alternate (round robin, the order rotated every repetition) so that a slow spell on a
 shared machine hits every configuration alike; the tables show medians and ratios against
@@ -23,7 +28,9 @@ first training step. The whole benchmark runs on the CPU (gloo).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from peer_configs import build_configs, run_config  # noqa: E402
+from peer_configs import NETNS, build_configs, links_unavailable, prepare_link, run_config  # noqa: E402
 from peer_report import accuracy_rows, markdown, print_table  # noqa: E402
 
 REPO = HERE.parent
@@ -45,39 +52,51 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="repetitions of the 1-process configurations (default: --reps); they are slow, and "
                         "the comparisons that matter are at 2+ processes")
     p.add_argument("--workloads", default="synthetic-cnn,synthetic-mlp", help="comma-separated")
-    p.add_argument("--runners", default="raw,api,trainer,accelerate,fabric", help="comma-separated")
+    p.add_argument("--runners", default="raw,api,api-unpinned,trainer,accelerate,fabric", help="comma-separated")
     p.add_argument("--compression", default="bf16",
                    help="also run api and trainer with these --grad-compression values (comma-separated) "
                         "on the MLP ('none' to skip; default bf16)")
+    p.add_argument("--links", default="10gbit,1gbit",
+                   help="tc rates of the two-host links for the compression comparison on the MLP, comma-separated "
+                        "('veth' for no cap, 'none' to skip; default 10gbit,1gbit)")
     p.add_argument("--epochs", type=int, default=3, help="the first is warm-up (default 3)")
     p.add_argument("--batch-size", type=int, default=32, help="samples per process per step (default 32)")
     p.add_argument("--accuracy", action="store_true",
                    help="also train digits-mlp on 2 processes with and without --compression; report accuracy")
     p.add_argument("--quick", action="store_true",
-                   help="smoke test: synthetic-cnn, raw and api only, 1 repetition, 2 epochs of at most 3 steps")
+                   help="smoke test: synthetic-cnn, raw and the api only, 1 repetition, 2 epochs of at most 3 steps")
     p.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most, for raw/api/peers (0: all)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before one run is killed")
     p.add_argument("--out", type=Path, default=REPO / "docs" / "performance-results.md",
                    help="markdown file to write (default docs/performance-results.md)")
     args = p.parse_args(argv)
     if args.quick:
-        args.reps, args.workloads, args.runners, args.compression, args.epochs = 1, "synthetic-cnn", "raw,api", "none", 2
-        args.max_steps = 3
+        args.reps, args.workloads, args.runners, args.compression, args.epochs = 1, "synthetic-cnn", "raw,api,api-unpinned", "none", 2
+        args.max_steps, args.links = 3, "none"
+    args.link_list = [link for link in args.links.split(",") if link and link != "none"]
+    if args.link_list and (why := links_unavailable()):
+        print(f"note: skipping the two-host links ({why}; --links none hides this note)", flush=True)
+        args.link_list = []
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     configs = build_configs([w for w in args.workloads.split(",") if w], [int(n) for n in args.nprocs.split(",")],
-                            [r for r in args.runners.split(",") if r], args.compression.split(","))
+                            [r for r in args.runners.split(",") if r], args.compression.split(","), args.link_list)
     results: dict[str, list[dict]] = {c.key: [] for c in configs}
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch:
+    hosts_up = any(c.link for c in configs)
+    if hosts_up:
+        subprocess.run([str(NETNS), "up"], check=True, capture_output=True, timeout=60)
+    with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch, _hosts_down_after(hosts_up):
         for rep in range(args.reps):
             shift = rep % len(configs)
             for config in configs[shift:] + configs[:shift]:
                 if config.nproc == 1 and args.single_reps is not None and rep >= args.single_reps:
                     continue
+                if config.link:
+                    prepare_link(config.link)
                 result = run_config(config, Path(scratch), args.epochs, args.batch_size, args.timeout, args.max_steps)
                 results[config.key].append(result)
                 print(f"[rep {rep + 1}/{args.reps}] {config.key:38} {result['samples_per_second']:8.1f} samples/s  "
@@ -91,6 +110,16 @@ def main(argv=None) -> int:
         {"args": {k: str(v) for k, v in vars(args).items()}, "results": results, "accuracy": accuracy}, indent=1))
     print(f"written: {args.out} (and {args.out.with_suffix('.json').name})")
     return 0
+
+
+@contextlib.contextmanager
+def _hosts_down_after(hosts_up: bool):
+    """Takes the namespace hosts down however the benchmark ends."""
+    try:
+        yield
+    finally:
+        if hosts_up:
+            subprocess.run([str(NETNS), "down"], capture_output=True, timeout=60)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@
 #                                     # NODE: st-node0|node0|0|10.77.0.1 or st-node1|node1|1|10.77.0.2
 #   testbed/netns.sh link-down        # set node1's stnet0 down (simulate a cut cable)
 #   testbed/netns.sh link-up          # set it up again
+#   testbed/netns.sh shape RATE       # cap the link at RATE each way (tc tbf; e.g. 1gbit, 10gbit)
+#   testbed/netns.sh unshape          # remove the cap (veth runs at memory-copy speed)
 #
 # Note: inside a namespace the machine's hostname still resolves to 127.0.x.x
 # (via /etc/hosts), so distributed code must be told which interface/address to
@@ -134,6 +136,25 @@ set_link() {
     ip -n "$NS1" link set "$IFNAME" "$1"
 }
 
+# A token bucket on both ends: each direction carries at most RATE, like a real link of
+# that speed. The burst must hold the largest packet veth hands over: with segmentation
+# offload that is a 64 KiB super-packet, not one 1500-byte frame, so 2 MB is not too big.
+shape_link() {
+    local ns
+    for ns in "$NS0" "$NS1"; do
+        ns_exists "$ns" || die "$ns does not exist (run: $0 up)"
+        ip netns exec "$ns" tc qdisc replace dev "$IFNAME" root tbf rate "$1" burst 2mb latency 100ms \
+            || die "tc refused rate '$1' (use a tc rate such as 1gbit, 2500mbit or 10gbit)"
+    done
+}
+
+unshape_link() {
+    local ns
+    for ns in "$NS0" "$NS1"; do
+        ns_exists "$ns" && ip netns exec "$ns" tc qdisc del dev "$IFNAME" root 2>/dev/null || true
+    done
+}
+
 cmd=${1:-}
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
@@ -142,11 +163,13 @@ case "$cmd" in
     status)    do_status ;;
     link-down) set_link down ;;
     link-up)   set_link up ;;
+    shape)     [[ $# -eq 1 ]] || die "usage: $0 shape RATE (e.g. 1gbit)"; shape_link "$1" ;;
+    unshape)   unshape_link ;;
     exec)
         [[ $# -ge 2 ]] || die "usage: $0 exec NODE cmd..."
         ns=$(ns_of "$1"); shift
         ns_exists "$ns" || die "$ns does not exist (run: $0 up)"
         exec ip netns exec "$ns" "$@"
         ;;
-    *) echo "usage: $0 up|down|status|link-down|link-up|exec NODE cmd..." >&2; exit 2 ;;
+    *) echo "usage: $0 up|down|status|link-down|link-up|shape RATE|unshape|exec NODE cmd..." >&2; exit 2 ;;
 esac
