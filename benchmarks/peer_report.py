@@ -47,6 +47,35 @@ def rows(configs: list[Config], results: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
+#: The comparisons the benchmark is for: (runner, against), at the same workload and process count.
+HEADLINES = (("api-unpinned", "raw"), ("api", "raw"), ("trainer", "accelerate"), ("trainer", "fabric"))
+
+
+def _paired(runs: list[dict], reference: list[dict], key: str) -> float:
+    """Median of the ratios of runs made in the same repetition (lists are in run order)."""
+    return statistics.median(a[key] / b[key] for a, b in zip(runs, reference))
+
+
+def headline_rows(configs: list[Config], results: dict[str, list[dict]]) -> list[dict]:
+    """Samples/s of each headline pair (and start-up of the trainer against raw DDP) at 2+
+    processes on this machine: ratio of medians and paired ratio."""
+    found = []
+    for c in configs:
+        if c.nproc < 2 or c.link or c.compression != "none":
+            continue
+        pairs = [(against, "samples_per_second") for runner, against in HEADLINES if runner == c.runner]
+        pairs += [("raw", "startup_seconds")] if c.runner == "trainer" else []
+        for against, key in pairs:
+            mine, theirs = results.get(c.key), results.get(Config(against, c.workload, c.nproc).key)
+            if not mine or not theirs:
+                continue
+            a, b = (statistics.median(r[key] for r in runs) for runs in (mine, theirs))
+            found.append({"what": f"{c.runner} ÷ {against}, {'start-up' if key == 'startup_seconds' else 'samples/s'}",
+                          "workload": c.workload, "nproc": c.nproc, "mine": a, "theirs": b, "ratio": a / b,
+                          "paired": _paired(mine, theirs, key)})
+    return found
+
+
 def compression_rows(configs: list[Config], results: dict[str, list[dict]]) -> list[dict]:
     """Every compressed configuration against the same one with fp32 gradients: medians of
     each, and the median of the ratios of runs made in the same repetition."""
@@ -56,11 +85,10 @@ def compression_rows(configs: list[Config], results: dict[str, list[dict]]) -> l
         if c.compression == "none" or not results.get(fp32.key) or not results.get(c.key):
             continue
         plain, compressed = results[fp32.key], results[c.key]
-        paired = [b["samples_per_second"] / a["samples_per_second"] for a, b in zip(plain, compressed)]
         fast = statistics.median(r["samples_per_second"] for r in compressed)
         slow = statistics.median(r["samples_per_second"] for r in plain)
         found.append({"config": c, "fp32": slow, "compressed": fast, "ratio": fast / slow,
-                      "paired": statistics.median(paired), "n": len(paired)})
+                      "paired": _paired(compressed, plain, "samples_per_second"), "n": min(len(plain), len(compressed))})
     return found
 
 
@@ -87,6 +115,9 @@ def print_table(configs: list[Config], results: dict[str, list[dict]]) -> None:
     for row in rows(configs, results):
         print(f"{row['config'].key:46} {row['speed']:10.1f} {_ratio(row['speed_ratio']):>8} {row['startup']:11.2f} "
               f"{_ratio(row['startup_ratio']):>8}  {row['threads']}  {row['n']}")
+    for row in headline_rows(configs, results):
+        print(f"{row['what']}, {row['workload']}, {row['nproc']} processes: {row['mine']:.2f} vs {row['theirs']:.2f} "
+              f"= {row['ratio']:.3f}× (paired {row['paired']:.3f}×)")
     for row in compression_rows(configs, results):
         c = row["config"]
         print(f"{c.compression} gradients vs fp32, {c.runner}, {_where(c)}: {row['compressed']:.1f} vs {row['fp32']:.1f} "
@@ -117,6 +148,14 @@ def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: li
         lines.append(f"| {c.workload} | {c.nproc} | {runner} | {row['speed']:.1f} | {_ratio(row['speed_ratio'])} | "
                      f"{row['startup']:.2f} | {_ratio(row['startup_ratio'])} | "
                      f"{', '.join(map(str, row['threads']))} | {row['n']} |")
+    headlines = headline_rows(configs, results)
+    if headlines:
+        lines += ["", "The comparisons the benchmark is for (ratio of medians; *paired*: the median of the ratios of "
+                  "runs made in the same repetition, which a slow spell on a shared machine affects less):", "",
+                  "| comparison | workload | processes | value | reference | ratio | paired ratio |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['what']} | {r['workload']} | {r['nproc']} | {r['mine']:.2f} | {r['theirs']:.2f} | "
+                  f"{r['ratio']:.3f}× | {r['paired']:.3f}× |" for r in headlines]
     compression = compression_rows(configs, results)
     if compression:
         lines += ["", f"Gradient compression on the communication-heavy MLP against fp32 gradients, same runner, same "

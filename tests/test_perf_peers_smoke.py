@@ -19,6 +19,7 @@ def test_peers_benchmark_quick_runs_and_writes_its_table(tmp_path):
     text = out.read_text()
     for runner in ("raw", "api", "api-unpinned"):
         assert f"| synthetic-cnn | 2 | {runner} |" in text
+    assert "| api-unpinned ÷ raw, samples/s | synthetic-cnn | 2 |" in text  # the comparison the run is for
     assert out.with_suffix(".json").exists()
 
 
