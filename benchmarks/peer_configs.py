@@ -3,8 +3,10 @@ how its timings are read back."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -83,9 +85,7 @@ def command(config: Config, result: Path, out: Path, epochs: int, batch: int, ma
         return [*torchrun(config.nproc), str(HERE / "run_scaletrain_api.py"), *common,
                 "--grad-compression", config.compression, *unpinned]
     if config.runner == "trainer":
-        return [PY, "-m", "scaletrain", "train", "--workload", config.workload, "--nproc-per-node",
-                str(config.nproc), "--batch-size", str(batch), "--epochs", str(epochs), "--device", "cpu",
-                "--grad-compression", config.compression, "--out", str(out)]
+        return trainer_command(config, config.nproc, out, epochs, batch)
     if config.runner == "accelerate":
         launch = ["--multi_gpu", "--num_processes", str(config.nproc)] if config.nproc > 1 else []
         return [PY, "-m", "accelerate.commands.launch", *launch, "--main_process_port", str(free_port()),
@@ -93,6 +93,14 @@ def command(config: Config, result: Path, out: Path, epochs: int, batch: int, ma
     if config.runner == "fabric":
         return [PY, str(HERE / "run_fabric.py"), *common, "--processes", str(config.nproc)]
     raise ValueError(f"unknown runner {config.runner!r}")
+
+
+def trainer_command(config: Config, nproc_per_node: int, out: Path, epochs: int, batch: int) -> list[str]:
+    """`scaletrain train` with its defaults, on this machine or (with launcher options
+    appended) as one node of several."""
+    return [PY, "-m", "scaletrain", "train", "--workload", config.workload, "--nproc-per-node", str(nproc_per_node),
+            "--batch-size", str(batch), "--epochs", str(epochs), "--device", "cpu",
+            "--grad-compression", config.compression, "--out", str(out)]
 
 
 def environment() -> dict:
@@ -129,7 +137,9 @@ def run_together(key: str, argvs: list[list[str]], timeout: float) -> None:
             try:
                 output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise SystemExit(f"{key}: timed out after {timeout:.0f} s: {' '.join(argv)}")
+                os.killpg(proc.pid, signal.SIGKILL)
+                output, _ = proc.communicate()
+                raise SystemExit(f"{key}: timed out after {timeout:.0f} s: {' '.join(argv)}\n{output[-3000:]}")
             if proc.returncode != 0:
                 raise SystemExit(f"{key}: exit status {proc.returncode}: {' '.join(argv)}\n{output[-3000:]}")
     finally:
@@ -150,12 +160,23 @@ def two_host_commands(config: Config, out: Path, epochs: int, batch: int) -> lis
     for node in (0, 1):
         node_out = out if node == 0 else out.with_name(out.name + "-node1")  # only rank 0 (node 0) writes
         argvs.append([str(NETNS), "exec", str(node), "taskset", "-c", str(cores[node % len(cores)]),
-                      PY, "-m", "scaletrain", "train", "--workload", config.workload, "--nproc-per-node", "1",
-                      "--batch-size", str(batch), "--epochs", str(epochs), "--device", "cpu",
-                      "--grad-compression", config.compression, "--launcher", "torchrun", "--nnodes", "2",
-                      "--node-rank", str(node), "--master-addr", MASTER_ON_LINK, "--master-port", port,
-                      "--out", str(node_out)])
+                      *trainer_command(config, 1, node_out, epochs, batch), "--launcher", "torchrun",
+                      "--nnodes", "2", "--node-rank", str(node), "--master-addr", MASTER_ON_LINK,
+                      "--master-port", port])
     return argvs
+
+
+@contextlib.contextmanager
+def two_hosts(needed: bool):
+    """The namespace hosts of testbed/netns.sh, up for the block and down however it ends."""
+    if not needed:
+        yield
+        return
+    subprocess.run([str(NETNS), "up"], check=True, capture_output=True, timeout=60)
+    try:
+        yield
+    finally:
+        subprocess.run([str(NETNS), "down"], capture_output=True, timeout=60)
 
 
 def prepare_link(link: str) -> None:
@@ -166,8 +187,6 @@ def prepare_link(link: str) -> None:
 
 def links_unavailable() -> str | None:
     """Why two namespace hosts cannot be made here, or None when they can."""
-    import shutil
-
     if os.geteuid() != 0:
         return "two hosts need network namespaces, which need root"
     missing = [tool for tool in ("ip", "tc", "taskset") if shutil.which(tool) is None]

@@ -51,9 +51,12 @@ def rows(configs: list[Config], results: dict[str, list[dict]]) -> list[dict]:
 HEADLINES = (("api-unpinned", "raw"), ("api", "raw"), ("trainer", "accelerate"), ("trainer", "fabric"))
 
 
-def _paired(runs: list[dict], reference: list[dict], key: str) -> float:
-    """Median of the ratios of runs made in the same repetition (lists are in run order)."""
-    return statistics.median(a[key] / b[key] for a, b in zip(runs, reference))
+def _compare(runs: list[dict], reference: list[dict], key: str) -> dict:
+    """Medians of `key` in both, their ratio, and the paired ratio: the median of the ratios
+    of runs made in the same repetition (the lists are in run order)."""
+    mine, theirs = (statistics.median(r[key] for r in rs) for rs in (runs, reference))
+    return {"mine": mine, "theirs": theirs, "ratio": mine / theirs,
+            "paired": statistics.median(a[key] / b[key] for a, b in zip(runs, reference))}
 
 
 def headline_rows(configs: list[Config], results: dict[str, list[dict]]) -> list[dict]:
@@ -69,10 +72,8 @@ def headline_rows(configs: list[Config], results: dict[str, list[dict]]) -> list
             mine, theirs = results.get(c.key), results.get(Config(against, c.workload, c.nproc).key)
             if not mine or not theirs:
                 continue
-            a, b = (statistics.median(r[key] for r in runs) for runs in (mine, theirs))
             found.append({"what": f"{c.runner} ÷ {against}, {'start-up' if key == 'startup_seconds' else 'samples/s'}",
-                          "workload": c.workload, "nproc": c.nproc, "mine": a, "theirs": b, "ratio": a / b,
-                          "paired": _paired(mine, theirs, key)})
+                          "workload": c.workload, "nproc": c.nproc, **_compare(mine, theirs, key)})
     return found
 
 
@@ -85,10 +86,8 @@ def compression_rows(configs: list[Config], results: dict[str, list[dict]]) -> l
         if c.compression == "none" or not results.get(fp32.key) or not results.get(c.key):
             continue
         plain, compressed = results[fp32.key], results[c.key]
-        fast = statistics.median(r["samples_per_second"] for r in compressed)
-        slow = statistics.median(r["samples_per_second"] for r in plain)
-        found.append({"config": c, "fp32": slow, "compressed": fast, "ratio": fast / slow,
-                      "paired": _paired(compressed, plain, "samples_per_second"), "n": min(len(plain), len(compressed))})
+        found.append({"config": c, **_compare(compressed, plain, "samples_per_second"),
+                      "n": min(len(plain), len(compressed))})
     return found
 
 
@@ -120,7 +119,7 @@ def print_table(configs: list[Config], results: dict[str, list[dict]]) -> None:
               f"= {row['ratio']:.3f}× (paired {row['paired']:.3f}×)")
     for row in compression_rows(configs, results):
         c = row["config"]
-        print(f"{c.compression} gradients vs fp32, {c.runner}, {_where(c)}: {row['compressed']:.1f} vs {row['fp32']:.1f} "
+        print(f"{c.compression} gradients vs fp32, {c.runner}, {_where(c)}: {row['mine']:.1f} vs {row['theirs']:.1f} "
               f"samples/s = {row['ratio']:.3f}× (paired {row['paired']:.3f}×)")
 
 
@@ -162,8 +161,8 @@ def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: li
                   "place (medians; *paired*: the median of the ratios of runs made in the same repetition):", "",
                   "| where | runner | gradients | fp32 samples/s | compressed samples/s | ratio | paired ratio | runs |",
                   "|---|---|---|---:|---:|---:|---:|---:|"]
-        lines += [f"| {_where(r['config'])} | {r['config'].runner} | {r['config'].compression} | {r['fp32']:.1f} | "
-                  f"{r['compressed']:.1f} | {r['ratio']:.3f}× | {r['paired']:.3f}× | {r['n']} |" for r in compression]
+        lines += [f"| {_where(r['config'])} | {r['config'].runner} | {r['config'].compression} | {r['theirs']:.1f} | "
+                  f"{r['mine']:.1f} | {r['ratio']:.3f}× | {r['paired']:.3f}× | {r['n']} |" for r in compression]
     if accuracy:
         lines += ["", "Held-out accuracy of `scaletrain train --workload digits-mlp --nproc-per-node 2` "
                   "(real data, 360 held-out digits, seed 0):", "",

@@ -28,9 +28,7 @@ first training step. The whole benchmark runs on the CPU (gloo).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from peer_configs import NETNS, build_configs, links_unavailable, prepare_link, run_config  # noqa: E402
+from peer_configs import build_configs, links_unavailable, prepare_link, run_config, two_hosts  # noqa: E402
 from peer_report import accuracy_rows, markdown, print_table  # noqa: E402
 
 REPO = HERE.parent
@@ -86,10 +84,7 @@ def main(argv=None) -> int:
                             [r for r in args.runners.split(",") if r], args.compression.split(","), args.link_list)
     results: dict[str, list[dict]] = {c.key: [] for c in configs}
     started = time.time()
-    hosts_up = any(c.link for c in configs)
-    if hosts_up:
-        subprocess.run([str(NETNS), "up"], check=True, capture_output=True, timeout=60)
-    with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch, _hosts_down_after(hosts_up):
+    with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch, two_hosts(any(c.link for c in configs)):
         for rep in range(args.reps):
             shift = rep % len(configs)
             for config in configs[shift:] + configs[:shift]:
@@ -110,16 +105,6 @@ def main(argv=None) -> int:
         {"args": {k: str(v) for k, v in vars(args).items()}, "results": results, "accuracy": accuracy}, indent=1))
     print(f"written: {args.out} (and {args.out.with_suffix('.json').name})")
     return 0
-
-
-@contextlib.contextmanager
-def _hosts_down_after(hosts_up: bool):
-    """Takes the namespace hosts down however the benchmark ends."""
-    try:
-        yield
-    finally:
-        if hosts_up:
-            subprocess.run([str(NETNS), "down"], capture_output=True, timeout=60)
 
 
 if __name__ == "__main__":
