@@ -10,7 +10,7 @@ from .api import Run, init
 from .checkpoint import CheckpointError, Checkpointer
 from .environment import DistEnv, detect
 from .errors import UsageError
+from .version import __version__
 
-__version__ = "0.1.0"
 
 __all__ = ["init", "Run", "detect", "DistEnv", "UsageError", "Checkpointer", "CheckpointError", "__version__"]

@@ -24,10 +24,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional
 
+from .defaults import MASTER_ADDR as DEFAULT_MASTER_ADDR, MASTER_PORT as DEFAULT_MASTER_PORT
 from .errors import DetectionError
-
-DEFAULT_MASTER_ADDR = "127.0.0.1"
-DEFAULT_MASTER_PORT = 29500
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ import torch
 import torch.distributed as dist
 
 from . import netif
+from .defaults import HANG_TIMEOUT_S
 from .environment import DistEnv
 
-DEFAULT_TIMEOUT = timedelta(minutes=30)
+DEFAULT_TIMEOUT = timedelta(seconds=HANG_TIMEOUT_S)
 
 
 def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta | None = None) -> bool:

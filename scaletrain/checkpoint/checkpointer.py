@@ -15,7 +15,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..defaults import KEEP_CHECKPOINTS
 from ..files import write_json_atomic
+from ..version import __version__
 from . import layout
 from .safe_io import CheckpointError, load_state, save_state
 from .state import apply_model_and_optimizer, capture_rng, gather_model_and_optimizer, restore_rng
@@ -23,13 +25,7 @@ from .state import apply_model_and_optimizer, capture_rng, gather_model_and_opti
 if TYPE_CHECKING:
     from ..api import Run
 
-DEFAULT_KEEP = 2
-
-
-def _version() -> str:
-    from .. import __version__  # late: the package imports this module while initialising
-
-    return __version__
+DEFAULT_KEEP = KEEP_CHECKPOINTS
 
 
 def _distributed() -> bool:
@@ -105,7 +101,7 @@ class Checkpointer:
             save_state(state, staging / layout.STATE_FILE)
             meta = {"step": int(step), "world_size": self.run.world_size, "strategy": self.run.strategy.name,
                     "loader": progress.get("loader"), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "scaletrain_version": _version(), "torch_version": torch.__version__}
+                    "scaletrain_version": __version__, "torch_version": torch.__version__}
             write_json_atomic(staging / layout.META_FILE, meta)
             final = layout.publish(staging, self.directory, step)
         except BaseException:

@@ -133,7 +133,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
 
 
 def measure_and_report(args, settings, workload, configs, notes, nprocs, options, out: Path) -> int:
-    from .. import __version__
+    from ..version import __version__
     from ..bench.orchestrate import combine, run_rounds
     from ..bench.plots import ACCURACY_PNG, BREAKDOWN_PNG, SPEEDUP_PNG, accuracy_plot, breakdown_plot, speedup_plot
     from ..bench.report import print_table, write_outputs

@@ -7,6 +7,7 @@ import json
 import os
 
 from ..environment import detect
+from ..defaults import MASTER_PORT, SELF_TEST_TIMEOUT_S
 from ..errors import UsageError
 from .fault_options import duration
 from .parsing import positive_int
@@ -24,13 +25,13 @@ def port(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-addr", help="rank 0's address (default: MASTER_ADDR, else 127.0.0.1)")
-    p.add_argument("--master-port", type=port, help="the rendezvous port (default: MASTER_PORT, else 29500)")
+    p.add_argument("--master-port", type=port, help=f"the rendezvous port (default: MASTER_PORT, else {MASTER_PORT})")
     p.add_argument("--nnodes", type=positive_int, help="machines in the job (default: as detected, else 1)")
     p.add_argument("--node-rank", type=int, help="this machine's index; 0 is the master's (default: as detected)")
     p.add_argument("--backend", choices=["gloo", "nccl", "mpi", "ccl"], help="the backend the job will use")
     p.add_argument("--no-self-test", action="store_true", help="skip the 2-process all-reduce")
-    p.add_argument("--self-test-timeout", type=duration, default=60.0, metavar="DURATION",
-                   help="deadline of the self-test (default 60s; a bare number is minutes)")
+    p.add_argument("--self-test-timeout", type=duration, default=SELF_TEST_TIMEOUT_S, metavar="DURATION",
+                   help=f"deadline of the self-test (default {SELF_TEST_TIMEOUT_S:g}s; a bare number is minutes)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

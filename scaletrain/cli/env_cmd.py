@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def gather() -> dict:
     import torch
 
-    from .. import __version__
+    from ..version import __version__
     from ..backends import available_backends
     from ..devices import cpu_cores, threads_per_process
     from ..environment import detect

@@ -10,11 +10,12 @@ from typing import Optional
 from ..checkpoint import CHECKPOINTS_DIR, latest_checkpoint, resolve_source
 from ..checkpoint.safe_io import CheckpointError, check_loadable
 from ..environment import DistEnv
+from ..defaults import HANG_TIMEOUT_S, KEEP_CHECKPOINTS, MAX_RESTARTS
 from ..errors import UsageError
+from ..fault.durations import format_duration
 from ..fault.durations import parse_duration
 from .parsing import non_negative_int, positive_int
 
-DEFAULT_TIMEOUT = "10m"
 
 
 def duration(text: str) -> float:
@@ -34,17 +35,17 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fault tolerance (see docs/fault-tolerance.md)")
     g.add_argument("--checkpoint-every", type=positive_int, default=0, metavar="STEPS",
                    help="save a checkpoint into OUT/checkpoints every STEPS training steps, and at the end")
-    g.add_argument("--keep-checkpoints", type=positive_int, default=2, metavar="K",
-                   help="keep the newest K checkpoints (default 2)")
+    g.add_argument("--keep-checkpoints", type=positive_int, default=KEEP_CHECKPOINTS, metavar="K",
+                   help=f"keep the newest K checkpoints (default {KEEP_CHECKPOINTS})")
     g.add_argument("--resume", type=resume_source, metavar="auto|PATH",
                    help="auto: continue from the newest checkpoint in --out if there is one; PATH: a checkpoint "
                         "folder, a checkpoints folder or an earlier run's --out")
-    g.add_argument("--max-restarts", type=non_negative_int, default=0, metavar="K",
+    g.add_argument("--max-restarts", type=non_negative_int, default=MAX_RESTARTS, metavar="K",
                    help="when a process dies, stop the group and restart it up to K times, resuming from the "
                         "last checkpoint (spawn; under torchrun use its --max-restarts)")
-    g.add_argument("--timeout", type=duration, default=duration(DEFAULT_TIMEOUT), metavar="DURATION",
+    g.add_argument("--timeout", type=duration, default=HANG_TIMEOUT_S, metavar="DURATION",
                    help=f"how long a rank waits for its peers before naming the missing ones and exiting: "
-                        f"30s, 5m, 1h; a bare number is minutes (default {DEFAULT_TIMEOUT})")
+                        f"30s, 5m, 1h; a bare number is minutes (default {format_duration(HANG_TIMEOUT_S)})")
 
 
 def fault_config(args: argparse.Namespace) -> dict:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..defaults import CONNECT_TIMEOUT_S, MASTER_PORT
 from ..errors import UsageError
 from ..launch.plan import Target
 from ..launch.request import LAUNCHERS, LaunchRequest, parse_hosts, read_hostfile
@@ -39,15 +40,15 @@ def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -
     _add(g, "--master-addr", metavar="HOST",
          help="node 0's address, reachable from every node (default 127.0.0.1; mpirun: the first host)")
     _add(g, "--master-port", type=positive_int, metavar="PORT",
-         help="node 0's rendezvous port (default: a free port on one node, 29500 on several)")
+         help=f"node 0's rendezvous port (default: a free port on one node, {MASTER_PORT} on several)")
     _add(g, "--rdzv-endpoint", metavar="HOST:PORT",
          help="torchrun's c10d rendezvous instead of --master-addr/--node-rank: nodes number themselves")
     _add(g, "--rdzv-id", default="scaletrain", metavar="ID", help="rendezvous id, the same on every node")
     _add(g, "--hostfile", metavar="FILE", help="mpirun: Open MPI hostfile, lines 'host slots=N'")
     _add(g, "--hosts", metavar="A:N,B:N", help="mpirun: hosts and slots, like Open MPI's --host")
     _add(g, "--sbatch", type=Path, metavar="FILE", help="srun: write a ready Slurm batch script to FILE and exit")
-    _add(g, "--connect-timeout", type=positive_float, default=300.0, metavar="SECONDS",
-         help="how long a node waits for node 0's rendezvous to open (default 300)")
+    _add(g, "--connect-timeout", type=positive_float, default=CONNECT_TIMEOUT_S, metavar="SECONDS",
+         help=f"how long a node waits for node 0's rendezvous to open (default {CONNECT_TIMEOUT_S:g})")
     _add(g, "--dry-run", action="store_true", takes_value=False,
          help="print the exact command each node runs and its environment, then exit")
 

@@ -12,13 +12,14 @@ import sys
 import time
 from datetime import timedelta
 
+from ..defaults import SELF_TEST_TIMEOUT_S
 from ..launch.ports import free_port
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
                 "GROUP_WORLD_SIZE", "SCALETRAIN_LAUNCHER")
 
 
-def run_self_test(backend: str = "gloo", timeout_s: float = 60.0) -> tuple[bool, str]:
+def run_self_test(backend: str = "gloo", timeout_s: float = SELF_TEST_TIMEOUT_S) -> tuple[bool, str]:
     """(passed, what happened). Both processes are killed if they overrun the deadline."""
     port = free_port()
     base = {k: v for k, v in os.environ.items()

@@ -12,10 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..defaults import STOP_GRACE_S
 from .failures import read_records, report
 from .plan import ERROR_DIR_VAR, Command, Plan
 
-STOP_GRACE_S = 5.0
 
 
 def _group_alive(pgid: int) -> bool:

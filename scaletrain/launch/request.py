@@ -9,11 +9,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ..defaults import CONNECT_TIMEOUT_S, MASTER_PORT as DEFAULT_PORT
 from ..errors import UsageError
 from .plan import Target
 
 LAUNCHERS = ("auto", "spawn", "torchrun", "mpirun", "srun")
-DEFAULT_PORT = 29500
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class LaunchRequest:
     hosts: tuple = ()                 # mpirun: ((host, slots or None), ...)
     hostfile: Optional[str] = None    # where `hosts` came from, for messages
     sbatch: Optional[Path] = None
-    connect_timeout: float = 300.0
+    connect_timeout: float = CONNECT_TIMEOUT_S
     # Facts about this host (filled by `with_host_facts`; set directly in tests).
     python: str = sys.executable
     is_root: bool = False

@@ -11,9 +11,9 @@ from typing import Optional
 
 import torch.multiprocessing as mp
 
+from ..defaults import STOP_GRACE_S
 from .plan import ERROR_DIR_VAR, Plan, Target
 
-STOP_GRACE_S = 3.0
 
 
 # Shown by --dry-run; the spawn executor binds the port when the job starts.

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import __version__
+from ..version import __version__
 from ..api import init
 from ..checkpoint.training import TrainerCheckpoints
 from ..startup import command_age

@@ -1,0 +1,32 @@
+"""Every default setting, defined once and used by the library and the command line alike.
+
+A run gets the same timeout, port, grace period or retention whether it was started with
+`scaletrain train`, `scaletrain launch` or `scaletrain.init()`: each of those reads its
+default from here, and the help texts quote these values.
+"""
+
+from __future__ import annotations
+
+#: How long a rank waits for its peers (in a collective, at start-up) before naming the
+#: missing ones and exiting (`--timeout`, `scaletrain.init(timeout=...)`), in seconds.
+HANG_TIMEOUT_S = 600.0
+
+#: How long a node waits for node 0's rendezvous to open (`--connect-timeout`), in seconds.
+CONNECT_TIMEOUT_S = 300.0
+
+#: The rendezvous address and port when nothing else says (torch's own convention).
+MASTER_ADDR = "127.0.0.1"
+MASTER_PORT = 29500
+
+#: When one rank fails, the others get this long to end by themselves (their watchdogs
+#: name the failure), then SIGTERM, this long again, then SIGKILL. Seconds.
+STOP_GRACE_S = 5.0
+
+#: Checkpoints kept in a run's folder (`--keep-checkpoints`, `run.checkpointer(keep=...)`).
+KEEP_CHECKPOINTS = 2
+
+#: Restarts of a failed group (`--max-restarts`).
+MAX_RESTARTS = 0
+
+#: The self-test of `scaletrain doctor` gives up after this many seconds.
+SELF_TEST_TIMEOUT_S = 60.0
