@@ -4,8 +4,8 @@
     model, optimizer = run.setup(model, optimizer)
     loader = run.loader(dataset, batch_size=32, shuffle=True)
     for epoch in range(epochs):
-        for inputs, targets in loader:
-            loss = run.train_step(model, optimizer, inputs, targets, loss_fn)
+        for batch in loader:
+            loss = run.train_step(model, optimizer, batch, loss_fn=loss_fn)
         run.print(run.evaluate(model, held_out, batch_size=256))
     run.close()
 
@@ -30,13 +30,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import process_group
-from .checkpoint import DEFAULT_KEEP, Checkpointer
 from .backends import choose_backend
-from .data import ShardedLoader, eval_loader, move_to
-from .environment import DistEnv, detect
+from .batches import NO_TARGETS, move_to
+from .checkpoint import DEFAULT_KEEP, Checkpointer
+from .context import ProcessContext
+from .data import ShardedLoader, eval_loader
+from .defaults import HANG_TIMEOUT_S
 from .devices import choose_device, pin_cores, threads_per_process
+from .environment import DistEnv, detect
+from .errors import UsageError, arg
 from .fault.start import backstop_timeout, start_watchdog
-from .strategies import Strategy, get_strategy
+from .strategies import Prepared, Strategy, get_strategy
+from .strategies.model_state import ModuleState
 
 
 def seed_everything(seed: int) -> None:
@@ -49,71 +54,95 @@ def seed_everything(seed: int) -> None:
 class Run:
     """One process's view of a distributed training run."""
 
-    def __init__(self, env: DistEnv, strategy: Strategy, device: torch.device, backend: str,
-                 threads: int, owns_group: bool, seed: int):
+    def __init__(self, env: DistEnv, strategy: Strategy, ctx: ProcessContext, owns_group: bool, seed: int):
         self.env = env
         self.strategy = strategy
-        self.device = device
-        self.backend = backend
-        self.threads = threads
+        self.ctx = ctx
         self.seed = seed
         self._owns_group = owns_group
         self._closed = False
         self._micro_step = 0  # position inside a gradient-accumulation cycle
+        self._prepared: dict[int, Prepared] = {}  # id(what setup returned) -> its prepared state
         self.started = time.perf_counter()
         self.steps_taken = 0  # train_step calls so far (restored by load_checkpoint)
         self._watchdog = None  # hang detection, when there are peers to wait for
         self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
 
     # -- who am I -----------------------------------------------------------------------
-    rank = property(lambda self: self.env.rank)
-    local_rank = property(lambda self: self.env.local_rank)
-    world_size = property(lambda self: self.env.world_size)
-    local_world_size = property(lambda self: self.env.local_world_size)
-    node_rank = property(lambda self: self.env.node_rank)
-    nnodes = property(lambda self: self.env.nnodes)
-    is_main = property(lambda self: self.env.rank == 0)
+    rank = property(lambda self: self.ctx.rank)
+    local_rank = property(lambda self: self.ctx.local_rank)
+    world_size = property(lambda self: self.ctx.world_size)
+    local_world_size = property(lambda self: self.ctx.local_world_size)
+    node_rank = property(lambda self: self.ctx.node_rank)
+    nnodes = property(lambda self: self.ctx.nnodes)
+    device = property(lambda self: self.ctx.device)
+    backend = property(lambda self: self.ctx.backend)
+    threads = property(lambda self: self.ctx.threads)
+    is_main = property(lambda self: self.ctx.rank == 0)
 
     @property
     def data_parallel_rank(self) -> int:
-        return self.strategy.data_parallel(self)[0]
+        return self.strategy.data_parallel(self.ctx)[0]
 
     @property
     def data_parallel_size(self) -> int:
-        return self.strategy.data_parallel(self)[1]
+        return self.strategy.data_parallel(self.ctx)[1]
 
     # -- model and data -----------------------------------------------------------------
-    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None):
-        """Places and wraps the model (and optimizer) for the strategy.
-        Returns (model, optimizer), or just the model when no optimizer is given."""
-        wrapped, opt = self.strategy.setup(self, model, optimizer)
-        return wrapped if optimizer is None else (wrapped, opt)
+    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None):
+        """Places and wraps the model for the strategy and points the optimizer (your own
+        object, changed in place) at the parameters this process trains, so a scheduler
+        bound to it keeps driving it. Returns the model; (model, optimizer) when an
+        optimizer is given; (model, optimizer, scheduler) when a scheduler is given too."""
+        prepared = self.strategy.setup(self.ctx, model, optimizer)
+        self._prepared[id(prepared.model)] = prepared
+        if prepared.banner:
+            self.print(prepared.banner)
+        if scheduler is not None:
+            return prepared.model, prepared.optimizer, scheduler
+        return prepared.model if optimizer is None else (prepared.model, prepared.optimizer)
+
+    def prepared(self, model: nn.Module) -> Prepared:
+        """The strategy's per-run state for a model that `setup` returned. A model you
+        wrapped yourself (never given to `setup`) is trained as it is."""
+        found = self._prepared.get(id(model))
+        if found is not None:
+            return found
+        if any(p.module is model and p.model is not model for p in self._prepared.values()):
+            raise UsageError("this is the model you gave run.setup, not the one it returned: pass the returned "
+                             "model (model, optimizer = run.setup(model, optimizer)), or its gradients are not "
+                             "synchronised")
+        found = self._prepared[id(model)] = Prepared(self.strategy, self.ctx, model, None, module=model)
+        return found
 
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:
         """A loader over this rank's shard; `batch_size` is per process. Batches arrive on
         `run.device`, and every pass over the loader is a new epoch with a new order."""
-        rank, size = self.strategy.data_parallel(self)
-        drop_last = drop_last or self.strategy.whole_batches_only(self)
+        rank, size = self.strategy.data_parallel(self.ctx)
+        drop_last = drop_last or self.strategy.whole_batches_only()
         return ShardedLoader(dataset, batch_size, shard=rank, num_shards=size, shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
                              device=self.device, **loader_kwargs)
 
-    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, inputs, targets,
-                   loss_fn: Callable = F.cross_entropy) -> torch.Tensor:
-        """zero_grad, forward, backward (gradients synchronised), optimizer step.
-        Returns the loss as a detached tensor: no host synchronisation in the hot loop.
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, targets: Any = NO_TARGETS,
+                   loss_fn: Optional[Callable] = None) -> torch.Tensor:
+        """zero_grad, forward, backward (gradients synchronised), optimizer step, for one
+        batch: `(inputs, targets)` (or `inputs, targets` as two arguments), a mapping passed
+        as `model(**batch)`, or a tensor. The loss is `loss_fn(output, ...)` when given, else
+        the model's own (`output.loss`). Returns the loss as a detached tensor: no host
+        synchronisation in the hot loop.
 
         With `grad_accum=N` a call is one micro-step: the optimizer steps on every N-th call,
         the N-1 before it accumulate gradients without synchronising them (each loss scaled
         by 1/N), so N calls on batches of B equal one step on a batch of N*B."""
         accum = self.strategy.grad_accum
-        with self._op("train step"):
+        with self.watch("train step"):
             if self._micro_step == 0:
                 optimizer.zero_grad(set_to_none=True)
             last = self._micro_step == accum - 1
-            with contextlib.nullcontext() if last else self.strategy.no_sync(model):
-                loss = self.forward_backward(model, inputs, targets, loss_fn, scale=1.0 / accum)
+            with contextlib.nullcontext() if last else self.no_sync(model):
+                loss = self.forward_backward(model, batch, targets, loss_fn, scale=1.0 / accum)
             if last:
                 optimizer.step()
             self._micro_step = (self._micro_step + 1) % accum
@@ -122,37 +151,43 @@ class Run:
             self._watchdog.step = self.steps_taken
         return loss
 
-    def forward_backward(self, model: nn.Module, inputs, targets, loss_fn: Callable = F.cross_entropy,
-                         scale: float = 1.0) -> torch.Tensor:
+    def forward_backward(self, model: nn.Module, batch: Any, targets: Any = NO_TARGETS,
+                         loss_fn: Optional[Callable] = None, scale: float = 1.0) -> torch.Tensor:
         """Forward and backward only (gradients synchronised unless inside `no_sync`): the
         middle of `train_step`, for loops that time or accumulate the parts themselves."""
-        return self.strategy.forward_backward(self, model, inputs, targets, loss_fn, scale)
+        return self.prepared(model).forward_backward(batch, targets, loss_fn, scale)
 
     def no_sync(self, model: nn.Module):
         """Context for gradient accumulation: backward inside it does not communicate;
         the first backward outside it synchronises everything accumulated."""
-        return self.strategy.no_sync(model)
+        return self.prepared(model).no_sync()
+
+    def accumulation_position(self) -> tuple[int, int]:
+        """(micro-steps done in the current accumulation cycle, micro-steps per optimizer step)."""
+        return self._micro_step, self.strategy.grad_accum
 
     def unwrap(self, model: nn.Module) -> nn.Module:
-        """The user's module inside whatever wrapper the strategy added."""
-        return self.strategy.unwrap(model)
+        """The user's module inside whatever wrapper the strategy added (a pipeline stage:
+        this process's part of it)."""
+        found = self._prepared.get(id(model))
+        return found.module if found is not None and found.model is not found.module else getattr(model, "module", model)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, dataset, batch_size: int = 256,
                  loss_fn: Callable = F.cross_entropy) -> dict:
         """Loss and accuracy over `dataset`, each sample counted exactly once whatever the
         world size. Every rank must call it. `loss_fn` must accept `reduction="none"`."""
-        with self._op("evaluate"):
-            return self._evaluate(model, dataset, batch_size, loss_fn)
+        with self.watch("evaluate"):
+            return self._evaluate(self.prepared(model), dataset, batch_size, loss_fn)
 
-    def _evaluate(self, model, dataset, batch_size, loss_fn) -> dict:
-        rank, size = self.strategy.data_parallel(self)
-        was_training = model.training
-        model.eval()
+    def _evaluate(self, prepared: Prepared, dataset, batch_size, loss_fn) -> dict:
+        rank, size = self.strategy.data_parallel(self.ctx)
+        was_training = prepared.model.training
+        prepared.model.eval()
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
         for inputs, targets, real in eval_loader(dataset, batch_size, rank, size, self.device):
             inputs, targets, real = move_to((inputs, targets, real), self.device)
-            logits = self.strategy.predict(self, model, inputs)
+            logits = prepared.predict(inputs)
             if logits is None:  # a process that does not hold the model's output
                 continue
             real = real.to(torch.float64)
@@ -160,7 +195,7 @@ class Run:
             totals[0] += (losses * real).sum()
             totals[1] += ((logits.argmax(dim=-1) == targets).to(torch.float64) * real).sum()
             totals[2] += real.sum()
-        model.train(was_training)
+        prepared.model.train(was_training)
         totals = self._all_reduce(totals)
         count = int(totals[2].item())
         return {"loss": totals[0].item() / max(count, 1), "accuracy": totals[1].item() / max(count, 1),
@@ -174,11 +209,9 @@ class Run:
         barrier and checkpoints are watched already."""
         return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
 
-    _op = watch
-
     def _all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         if dist.is_initialized() and dist.get_world_size() > 1:
-            with self._op("all-reduce"):
+            with self.watch("all-reduce"):
                 dist.all_reduce(tensor, op=op)
         return tensor
 
@@ -196,53 +229,68 @@ class Run:
         """Average of a metric across the processes that hold the model's outputs, e.g.
         `run.mean(loss)`: every rank, except under pipeline, where only last stages have a loss."""
         mine = self._as_tensor(value)
-        if not self.strategy.holds_outputs(self):
+        if not self.strategy.holds_outputs(self.ctx):
             mine = torch.zeros_like(mine)
-        out = self._all_reduce(mine) / self.strategy.output_holders(self)
+        out = self._all_reduce(mine) / self.strategy.output_holders(self.ctx)
         return out if isinstance(value, torch.Tensor) else out.item()
 
     def barrier(self) -> None:
         if dist.is_initialized() and dist.get_world_size() > 1:
-            with self._op("barrier"):
+            with self.watch("barrier"):
                 dist.barrier()
 
     # -- checkpoints --------------------------------------------------------------------
-    def checkpointer(self, directory, keep: int = DEFAULT_KEEP) -> Checkpointer:
-        """A Checkpointer writing into `directory` (keeps the newest `keep` checkpoints)."""
-        return Checkpointer(self, Path(directory), keep)
+    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto") -> Checkpointer:
+        """A Checkpointer writing into `directory` (keeps the newest `keep` checkpoints;
+        layout "full", "sharded" or "auto": sharded for a large sharded model)."""
+        return Checkpointer(self, Path(directory), keep, layout)
 
     def save_checkpoint(self, directory, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
                         step: Optional[int] = None, scheduler=None, loader=None, extra: Optional[dict] = None,
-                        keep: int = DEFAULT_KEEP) -> Path:
+                        keep: int = DEFAULT_KEEP, layout: str = "auto") -> Path:
         """Saves model, optimizer, schedule, loader position, every rank's RNG state and the
-        step into `directory`/step-N atomically. Every rank must call it; rank 0 writes."""
-        return self.checkpointer(directory, keep).save(self.steps_taken if step is None else step, model,
-                                                       optimizer, scheduler=scheduler, loader=loader, extra=extra)
+        step into `directory`/step-N atomically. Every rank must call it."""
+        return self.checkpointer(directory, keep, layout).save(
+            self.steps_taken if step is None else step, model, optimizer, scheduler=scheduler, loader=loader,
+            extra=extra)
 
     def load_checkpoint(self, source, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
                         scheduler=None, loader=None) -> Optional[dict]:
-        """Restores what save_checkpoint saved, on any world size; `source` is a checkpoint
-        folder, a folder of them (the newest complete one is used) or a run's output folder.
-        Returns {"path", "step", "loader", "extra", "world_size"}. Every rank must call it."""
+        """Restores what save_checkpoint saved, on any world size and strategy; `source` is a
+        checkpoint folder, a folder of them (the newest complete one that verifies is used)
+        or a run's output folder. Returns {"path", "step", "loader", "extra", "world_size",
+        "notes"}. Every rank must call it."""
         return Checkpointer(self, Path(source)).load(Path(source), model, optimizer, scheduler=scheduler,
                                                      loader=loader)
+
+    # What the checkpoints need of the run (checkpoint.checkpointer.Host).
+    def state_owner(self, model: nn.Module):
+        found = self._prepared.get(id(model))
+        return found if found is not None else ModuleState(model)
+
+    def checkpoint_facts(self) -> dict:
+        return {"strategy": self.strategy.name, "world_size": self.world_size,
+                "data_parallel_size": self.data_parallel_size, "grad_accum": self.strategy.grad_accum}
 
     def print(self, *args, **kwargs) -> None:
         """print() on rank 0 only, so N processes do not print N copies."""
         if self.is_main:
-            print(*args, **kwargs, flush=True)
+            kwargs.setdefault("flush", True)
+            print(*args, **kwargs)
 
     # -- lifetime -----------------------------------------------------------------------
     def describe(self) -> dict:
         """Facts about this run for summary.json. Every rank must call it: it gathers each
         process's memory of parameters, gradients and optimizer state."""
-        rank, size = self.strategy.data_parallel(self)
+        rank, size = self.strategy.data_parallel(self.ctx)
         facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
                  "world_size": self.world_size, "nnodes": self.nnodes,
                  "nproc_per_node": self.local_world_size, "launcher": self.env.launcher,
                  "threads_per_process": self.threads, "data_parallel_size": size,
                  "pinned_cores": self.cores}
-        facts.update(self.strategy.describe(self))
+        facts.update(self.strategy.describe(self.ctx))
+        for prepared in self._prepared.values():
+            facts.update(prepared.describe())
         return facts
 
     def close(self) -> None:
@@ -269,17 +317,35 @@ class Run:
                 f"device={str(self.device)!r}, backend={self.backend!r})")
 
 
+def _timeout(value: Optional[float | timedelta]) -> timedelta:
+    """A number of seconds, a timedelta, or None (the default)."""
+    if value is None:
+        return timedelta(seconds=HANG_TIMEOUT_S)
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise UsageError(f"{arg('timeout', value)}: give a number of seconds or a datetime.timedelta")
+    if not seconds > 0:
+        raise UsageError(f"{arg('timeout', value)}: must be longer than 0 seconds")
+    return timedelta(seconds=seconds)
+
+
 def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
-         threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[timedelta] = None,
+         threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
     `scaletrain launch` it joins the job. `seed` is applied on every rank (None: leave the
-    random state alone). `pin`: bind each of a node's processes to its own cores (see
-    `devices.pin_cores`); False leaves the affinity to the operating system."""
+    random state alone). `timeout`: seconds (or a timedelta) a rank waits for its peers
+    before naming the missing ones and exiting (default defaults.HANG_TIMEOUT_S). `pin`:
+    bind each of a node's processes to its own cores (see `devices.pin_cores`); False
+    leaves the affinity to the operating system."""
     env = detect(os.environ if environ is None else environ)
     strat = get_strategy(strategy, **strategy_options)
+    wait = _timeout(timeout)
     dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
     chosen_backend = choose_backend(backend, dev.type)
     n_threads = threads_per_process(env.local_world_size, threads)
@@ -291,10 +357,10 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
         seed_everything(seed)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    run = Run(env, strat, dev, chosen_backend, n_threads, owns_group=False, seed=seed or 0)
+    ctx = ProcessContext.of(env, dev, chosen_backend, n_threads)
+    run = Run(env, strat, ctx, owns_group=False, seed=seed or 0)
     run.cores = cores
-    strat.validate(run)  # before joining: a doomed run should not make its peers wait
-    run._owns_group = process_group.init_process_group(env, chosen_backend, dev,
-                                                       backstop_timeout(timeout or process_group.DEFAULT_TIMEOUT))
-    run._watchdog = start_watchdog(env, timeout or process_group.DEFAULT_TIMEOUT)
+    strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
+    run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
+    run._watchdog = start_watchdog(env, wait)
     return run

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-
-def move_to(batch: Any, device: torch.device) -> Any:
-    """Moves tensors (possibly nested in tuples, lists, dicts) to the device."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(move_to(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: move_to(v, device) for k, v in batch.items()}
-    return batch
+from .batches import move_to
 
 
 class _ResumableSampler(DistributedSampler):

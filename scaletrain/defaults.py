@@ -30,3 +30,8 @@ MAX_RESTARTS = 0
 
 #: The self-test of `scaletrain doctor` gives up after this many seconds.
 SELF_TEST_TIMEOUT_S = 60.0
+
+#: Checkpoints of a model that shards itself (fsdp) are written sharded, one file per rank,
+#: from this size of model and optimizer state on (bytes); smaller ones as one whole file,
+#: which any strategy on any number of processes reads without a shared folder.
+SHARDED_CHECKPOINT_MIN_BYTES = 2**30

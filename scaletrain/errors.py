@@ -2,12 +2,84 @@
 
 The command line turns a UsageError into one line on stderr and exit status 2, never a
 traceback: the message must say what was found and the exact fix (flag or value).
+
+The same mistake reaches users through two doors: a keyword of the library
+(`scaletrain.init("pipeline", microbatches=3)`) or a flag of the command line
+(`--microbatches 3`). Messages name a setting with `arg("microbatches", 3)`, and the
+message is spelt for whoever reads it: `microbatches=3` by `str(error)` (the library),
+`--microbatches 3` by `error.for_command_line(flags)` (the command line, which knows its
+flags).
 """
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Optional
+
+_MARK, _SEP = "\x1f", "\x1e"  # ASCII unit/record separators: never part of a user's text
+_MARKED = re.compile(f"{_MARK}([^{_MARK}{_SEP}]+)(?:{_SEP}([^{_MARK}]*))?{_MARK}")
+_NO_VALUE = object()
+
+
+def arg(name: str, value: Any = _NO_VALUE) -> str:
+    """A setting named inside an error message: `arg("microbatches", 4)`."""
+    if value is _NO_VALUE:
+        return f"{_MARK}{name}{_MARK}"
+    quoted = isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+    return f"{_MARK}{name}{_SEP}{'s' if quoted else 'v'}{_value_text(value)}{_MARK}"
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def as_library(text: str) -> str:
+    """`microbatches=4`, `schedule='gpipe'`: as a keyword argument is written."""
+    def spell(m: re.Match) -> str:
+        name, value = m.group(1), m.group(2)
+        if value is None:
+            return name
+        return f"{name}={value[1:]!r}" if value[0] == "s" else f"{name}={value[1:]}"
+    return _MARKED.sub(spell, text)
+
+
+def as_command_line(text: str, flags: Mapping[str, str], switches: frozenset = frozenset()) -> str:
+    """`--microbatches 4`, as the flag is typed. `flags`: setting name -> flag; `switches`:
+    the flags that take no value (a boolean setting is then the bare flag)."""
+    def spell(m: re.Match) -> str:
+        name, value = m.group(1), m.group(2)
+        flag = flags.get(name)
+        if flag is None:  # a library-only setting: keep the keyword form
+            return as_library(m.group(0))
+        if value is None or flag in switches:
+            return flag
+        return f"{flag} {value[1:]}"
+    return _MARKED.sub(spell, text)
 
 
 class UsageError(Exception):
     """A user's mistake: bad flag, bad value, impossible combination. Exit status 2."""
 
+    def __str__(self) -> str:
+        return as_library(self.raw)
+
+    @property
+    def raw(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def for_command_line(self, flags: Mapping[str, str], switches: frozenset = frozenset()) -> str:
+        return as_command_line(self.raw, flags, switches)
+
 
 class DetectionError(UsageError):
     """The launcher's environment variables contradict each other or are incomplete."""
+
+
+def command_line_text(exc: BaseException, flags: Optional[Mapping[str, str]] = None,
+                      switches: frozenset = frozenset()) -> str:
+    """The message of any exception, with settings spelt as flags when it is a UsageError."""
+    if isinstance(exc, UsageError):
+        return exc.for_command_line(flags or {}, switches)
+    return str(exc)

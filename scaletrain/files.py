@@ -20,7 +20,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file private (0600); give it the mode an ordinary write would.
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, default_mode(0o666))
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
@@ -32,10 +32,11 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _umask() -> int:
+def default_mode(mode: int) -> int:
+    """`mode` as the umask leaves it: what an ordinary open() or mkdir() would give."""
     current = os.umask(0o022)  # reading the umask means setting it; put it straight back
     os.umask(current)
-    return current
+    return mode & ~current
 
 
 def append_jsonl(path: Path, obj: Any) -> None:

@@ -67,7 +67,7 @@ def test_no_sync_then_sync_accumulates():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"strategy": "nope"}, "unknown strategy 'nope'"),
+    ({"strategy": "nope"}, "unknown strategy='nope'"),
     ({"backend": "nccl"}, "backend 'nccl' is not usable here"),
     ({"device": "cuda"}, "no CUDA device"),
     ({"threads": 0}, "at least 1 thread"),

@@ -3,6 +3,7 @@ and a checkpoint crafted to run code when unpickled is refused without running i
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 
 import scaletrain
 from scaletrain.checkpoint import CheckpointError, latest_checkpoint
+from scaletrain.checkpoint.checksums import CHECKSUM_FILE, file_checksum
 from tests.helpers import REPO, run, scaletrain as scaletrain_cli
 
 
@@ -49,6 +51,7 @@ def test_roundtrip_restores_model_optimizer_data_position_and_rng(tmp_path, sing
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+        model, optimizer, schedule = single_run.setup(model, optimizer, schedule)
         return model, optimizer, schedule, single_run.loader(train_set, batch_size=64)
 
     model, optimizer, schedule, loader = make()
@@ -90,8 +93,10 @@ def malicious_checkpoint(tmp_path) -> tuple[Path, Path]:
     marker = tmp_path / "code-ran"
     folder = tmp_path / "run" / "checkpoints" / "step-00000005"
     folder.mkdir(parents=True)
-    torch.save({"format": 1, "model": {"0.weight": torch.zeros(2)}, "extra": RunsCode(marker)},
-               folder / "state.pt")
+    torch.save({"format": 2, "progress": {"step": 5}, "model": {"0.weight": torch.zeros(2)},
+                "extra": RunsCode(marker)}, folder / "state.pt")
+    # Whoever crafts the file can write matching checksums too: the unpickler must hold alone.
+    (folder / CHECKSUM_FILE).write_text(json.dumps({"state.pt": file_checksum(folder / "state.pt")}))
     (folder / "COMPLETE").write_text("5\n")
     return folder, marker
 

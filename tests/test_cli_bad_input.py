@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -32,10 +33,18 @@ def _empty_folder(tmp: Path) -> str:
     return str(tmp / "empty")
 
 
+def _with_checksums(folder: Path) -> None:
+    from scaletrain.checkpoint.checksums import CHECKSUM_FILE, file_checksum
+
+    (folder / CHECKSUM_FILE).write_text(json.dumps({"state.pt": file_checksum(folder / "state.pt")}))
+
+
 def _corrupt_checkpoint(tmp: Path) -> str:
     folder = tmp / "ckpt" / "step-00000003"
     folder.mkdir(parents=True)
     (folder / "state.pt").write_bytes(os.urandom(256))
+    _with_checksums(folder)
+    (folder / "state.pt").write_bytes(os.urandom(256))  # changed on disk after it was written
     (folder / "COMPLETE").write_text("3\n")
     return str(folder)
 
@@ -44,6 +53,7 @@ def _foreign_checkpoint(tmp: Path) -> str:
     folder = tmp / "other" / "step-00000003"
     folder.mkdir(parents=True)
     torch.save({"weights": torch.zeros(2)}, folder / "state.pt")  # loads, but is not ours
+    _with_checksums(folder)
     (folder / "COMPLETE").write_text("3\n")
     return str(folder)
 
@@ -82,8 +92,8 @@ CASES = [
     ("resume-empty", ["--resume", " "], {}, "expected auto or a checkpoint path"),
     ("resume-missing-path", ["--resume", "/no/such/checkpoint"], {}, "no such file or folder"),
     ("resume-no-checkpoint", ["--resume", _empty_folder], {}, "no complete checkpoint"),
-    ("resume-corrupt", ["--resume", _corrupt_checkpoint], {}, "not a complete checkpoint file"),
-    ("resume-not-ours", ["--resume", _foreign_checkpoint], {}, "is not a scaletrain checkpoint"),
+    ("resume-corrupt", ["--resume", _corrupt_checkpoint], {}, "does not match its checksum"),
+    ("resume-not-ours", ["--resume", _foreign_checkpoint], {}, "is not a checkpoint this version of scaletrain reads"),
     ("timeout-text", ["--timeout", "soon"], {}, "expected a duration"),
     ("timeout-zero", ["--timeout", "0"], {}, "longer than 0"),
     ("timeout-negative", ["--timeout=-5m"], {}, "expected a duration"),

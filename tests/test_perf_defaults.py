@@ -34,11 +34,11 @@ def test_one_process_is_not_pinned():
 
 
 def test_ddp_options_are_checked():
-    with pytest.raises(UsageError, match="grad-compression 'int8'"):
+    with pytest.raises(UsageError, match="grad_compression='int8': choose one of none, bf16"):
         DDPStrategy(grad_compression="int8")
-    with pytest.raises(UsageError, match="--bucket-size does not apply to --strategy ddp"):
+    with pytest.raises(UsageError, match="bucket_size=10 does not apply to strategy='ddp'"):
         DDPStrategy(bucket_size=10)
-    assert DDPStrategy(grad_compression="bf16", bucket_cap_mb=4, static_graph=True).compression == "bf16"
+    assert DDPStrategy(grad_compression="bf16", bucket_cap_mb=4, static_graph=True).options.grad_compression == "bf16"
 
 
 def _config(*argv):

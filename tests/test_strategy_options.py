@@ -51,13 +51,32 @@ def test_the_command_exits_2_with_one_line(tmp_path):
     assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr, done.stderr
 
 
-def test_library_rejects_options_a_strategy_does_not_take():
-    with pytest.raises(UsageError, match="--microbatches does not apply to --strategy ddp"):
+def test_library_errors_name_the_library_arguments():
+    with pytest.raises(UsageError, match="microbatches does not apply to strategy='ddp'"):
         get_strategy("ddp", microbatches=2)
-    with pytest.raises(UsageError, match="--precision 'fp16'"):
+    with pytest.raises(UsageError, match="precision='fp16': choose one of fp32, bf16"):
         get_strategy("ddp", precision="fp16")
-    with pytest.raises(UsageError, match="--grad-accum 0"):
+    with pytest.raises(UsageError, match="grad_accum=0"):
         get_strategy("fsdp", grad_accum=0)
+    with pytest.raises(UsageError) as refused:
+        get_strategy("pipeline", microbatches=3).check_plan(2, None, 32)
+    assert str(refused.value).startswith("microbatches=3 does not divide the batch of 32; use microbatches=4")
+    assert "--" not in str(refused.value)
+
+
+def test_each_strategy_declares_its_options_once_and_the_flags_come_from_there():
+    from dataclasses import fields
+
+    from scaletrain.cli import build_parser
+    from scaletrain.strategies import REGISTRY
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = {a.dest: a for a in train._actions}
+    for cls in REGISTRY.values():
+        for f in fields(cls.Options):
+            if f.metadata.get("command_line", True):
+                assert f.name in flags, f"{cls.name}.{f.name} has no flag"
+                assert cls.name in flags[f.name].help or "every strategy" in flags[f.name].help
 
 
 def test_balanced_cuts_minimise_the_heaviest_part():
@@ -81,3 +100,13 @@ def test_only_sequential_models_can_be_split():
 
     with pytest.raises(UsageError, match="nn.Sequential"):
         plan_split(Custom(), 2, None, "--strategy mp", "--devices-per-process")
+
+
+@pytest.mark.parametrize("name", ["single", "dp", "mp", "pipeline", "ddp", "hybrid", "fsdp"])
+def test_describe_works_before_setup(name):
+    """The plan's facts come from the strategy alone; per-run facts join once a model is set up."""
+    import scaletrain
+
+    with scaletrain.init(strategy=name, environ={}) as run:
+        facts = run.describe()
+    assert facts["strategy"] == name and facts["precision"] == "fp32" and "memory_per_process" not in facts

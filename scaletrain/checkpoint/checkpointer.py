@@ -1,175 +1,360 @@
 """Saving and loading a whole training state, as one collective call on every rank.
 
-Rank 0 writes and reads the files; the other ranks send it their share (gathered model
-shards, their random-number states) or receive theirs from it, so the checkpoint folder only
-has to be on rank 0's machine and a checkpoint written by N processes loads into M.
+The model's and optimizer's state come from the strategy that prepared the model (its
+`state_dict(full)` / `load_state_dict`): this module knows nothing of strategies. Two
+layouts on disk:
+
+- full: the whole state gathered onto rank 0, which writes one `state.pt`; loads into any
+  strategy on any number of processes. Rank 0 holds one full copy while saving.
+- sharded: every rank writes its own share (torch.distributed.checkpoint); no rank ever
+  holds the whole model. Needs a folder every rank can reach. The default for fsdp when
+  the model's state is large (`defaults.SHARDED_CHECKPOINT_MIN_BYTES`).
+
+Either way rank 0 writes the small things (step, data position, every rank's RNG state,
+schedule), checksums of every file, and publishes the checkpoint atomically.
 """
 
 from __future__ import annotations
 
+import errno
+import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, ContextManager, Optional, Protocol
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from ..defaults import KEEP_CHECKPOINTS
+from .. import collectives
+from ..context import ProcessContext
+from ..defaults import KEEP_CHECKPOINTS, SHARDED_CHECKPOINT_MIN_BYTES
+from ..errors import arg
 from ..files import write_json_atomic
 from ..version import __version__
-from . import layout
-from .safe_io import CheckpointError, load_state, save_state
-from .state import apply_model_and_optimizer, capture_rng, gather_model_and_optimizer, restore_rng
-
-if TYPE_CHECKING:
-    from ..api import Run
+from . import checksums, compat, layout, sharded
+from .rng import capture_rng, restore_rng
+from .safe_io import FORMAT, CheckpointError, load_state, save_state
 
 DEFAULT_KEEP = KEEP_CHECKPOINTS
+LAYOUTS = ("auto", "full", "sharded")
 
 
-def _distributed() -> bool:
-    return dist.is_initialized() and dist.get_world_size() > 1
+class StateOwner(Protocol):
+    """What holds a model's state: a strategy's prepared model (or a plain module's)."""
+
+    module: nn.Module
+
+    def state_dict(self, full: bool, optimizer: Optional[torch.optim.Optimizer] = None) -> dict: ...
+
+    def load_state_dict(self, state: dict, full: bool, optimizer: Optional[torch.optim.Optimizer] = None) -> None: ...
 
 
-def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
+class Host(Protocol):
+    """What a checkpointer needs from the run it serves (the library's Run provides it)."""
 
+    ctx: ProcessContext
+    steps_taken: int
 
-def _gather_objects(obj: Any) -> list:
-    """Every rank's `obj`, on rank 0 (others get [])."""
-    if not _distributed():
-        return [obj]
-    out = [None] * dist.get_world_size() if _rank() == 0 else None
-    dist.gather_object(obj, out, dst=0)
-    return out or []
+    def state_owner(self, model: nn.Module) -> StateOwner: ...
 
+    def watch(self, name: str) -> ContextManager: ...
 
-def _from_rank0(obj: Any) -> Any:
-    if not _distributed():
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+    def checkpoint_facts(self) -> dict: ...
+
+    def accumulation_position(self) -> tuple[int, int]: ...
 
 
 class Checkpointer:
     """Writes checkpoints of one run into `directory` and finds them again.
 
-        ckpt = Checkpointer(run, "runs/x/checkpoints", keep=2)
+        ckpt = run.checkpointer("runs/x/checkpoints", keep=2)
         resumed = ckpt.load("auto", model, optimizer, loader=loader)   # None: nothing to resume
         ...
         ckpt.save(step, model, optimizer, loader=loader)
 
-    Every rank must make the same calls (they are collective)."""
+    Every rank must make the same calls (they are collective). `layout`: "full", "sharded"
+    or "auto" (sharded for a large sharded model, else full)."""
 
-    def __init__(self, run: "Run", directory: Path, keep: int = DEFAULT_KEEP):
-        self.run = run
-        self.directory = Path(directory)
-        self.keep = keep
+    def __init__(self, host: Host, directory: Path, keep: int = DEFAULT_KEEP, layout_name: str = "auto"):
+        if layout_name not in LAYOUTS:
+            raise CheckpointError(f"checkpoint layout {layout_name!r}: choose one of {', '.join(LAYOUTS)}")
+        self.host, self.directory, self.keep, self.layout = host, Path(directory), keep, layout_name
 
     # -- saving -----------------------------------------------------------------------
     def save(self, step: int, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
              scheduler=None, loader=None, extra: Optional[dict] = None) -> Path:
         """Saves everything needed to continue after `step`; returns the checkpoint folder."""
-        with self.run._op("checkpoint save"):
-            return self._save(step, model, optimizer, scheduler, loader, extra)
+        micro, accum = self.host.accumulation_position()
+        if micro:
+            raise CheckpointError(f"a checkpoint is taken between optimizer steps, but this is micro-step {micro} of "
+                                  f"{accum} of gradient accumulation (its gradients would be lost); save after the "
+                                  "optimizer step")
+        with self.host.watch("checkpoint save"):
+            owner = self.host.state_owner(model)
+            small = self._small_state(step, scheduler, loader, extra)
+            if self._sharded(owner):
+                return self._save_sharded(step, owner, optimizer, small)
+            return self._save_full(step, owner, optimizer, small)
 
-    def _save(self, step, model, optimizer, scheduler, loader, extra) -> Path:
-        model_state, optim_state = gather_model_and_optimizer(model, optimizer)
-        rng_states = _gather_objects(capture_rng())
-        result: Any = None
-        if _rank() == 0:
-            try:
-                result = self._write(step, model_state, optim_state, rng_states, scheduler, loader, extra)
-            except OSError as exc:
-                result = OSError(f"cannot write checkpoint into {self.directory}: {exc.strerror or exc}")
-        result = _from_rank0(str(result) if not isinstance(result, Exception) else result)
-        if isinstance(result, Exception):
-            raise CheckpointError(str(result)) from None
-        return Path(result)
+    def _sharded(self, owner: StateOwner) -> bool:
+        if self.layout != "auto":
+            return self.layout == "sharded"
+        shards = getattr(owner, "shards_state", False)  # a strategy that shards the model itself
+        state_bytes = 3 * sum(p.numel() * p.element_size() for p in owner.module.parameters())  # + Adam's two
+        return bool(shards) and state_bytes >= SHARDED_CHECKPOINT_MIN_BYTES
 
-    def _write(self, step, model_state, optim_state, rng_states, scheduler, loader, extra) -> Path:
-        progress = {"step": int(step), "world_size": self.run.world_size}
+    def _small_state(self, step, scheduler, loader, extra) -> dict:
+        """What rank 0 writes besides the model: progress, facts, schedule, every RNG."""
+        facts = {**self.host.checkpoint_facts(), "step": int(step)}
+        if loader is not None:
+            facts["batch_size"] = loader.batch_size
+        progress = {"step": int(step), "world_size": self.host.ctx.world_size, "facts": facts}
         if loader is not None:
             progress["loader"] = loader.position()
-        state = {"format": 1, "model": model_state, "optimizer": optim_state or None,
-                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                 "rng": rng_states, "progress": progress, "extra": extra or {}}
-        staging = layout.new_staging_folder(self.directory, step)
-        try:
-            save_state(state, staging / layout.STATE_FILE)
-            meta = {"step": int(step), "world_size": self.run.world_size, "strategy": self.run.strategy.name,
-                    "loader": progress.get("loader"), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "scaletrain_version": __version__, "torch_version": torch.__version__}
-            write_json_atomic(staging / layout.META_FILE, meta)
-            final = layout.publish(staging, self.directory, step)
-        except BaseException:
-            import shutil
+        return {"format": FORMAT, "progress": progress, "rng": collectives.gather_to_rank0(capture_rng()),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None, "extra": extra or {}}
 
+    def _save_full(self, step, owner, optimizer, small) -> Path:
+        state = owner.state_dict(True, optimizer)
+        result: Any = None
+        if self.host.ctx.rank == 0:
+            whole = {**small, "layout": "full", "model": state["model"],
+                     "optimizer": state["optimizer"] if optimizer is not None else None}
+            result = self._write(step, lambda staging: save_state(whole, staging / layout.STATE_FILE),
+                                 _tensor_bytes(state), "full", small["progress"]["facts"], [layout.STATE_FILE])
+        return self._outcome(collectives.broadcast_from_rank0(result))
+
+    def _save_sharded(self, step, owner, optimizer, small) -> Path:
+        rank = self.host.ctx.rank
+        staging = self._attempt(lambda: layout.new_staging_folder(self.directory, step)) if rank == 0 else None
+        staging = self._outcome(collectives.broadcast_from_rank0(staging))
+        tensors, others = sharded.split_state(owner.state_dict(False, optimizer))
+        shards = staging / layout.SHARDS_DIR
+        failure = None
+        try:
+            sharded.save(tensors, shards)
+        except OSError as exc:  # every rank gets the same failure: DCP reports it to all
+            failure = str(exc)
+        files = [] if failure else [f"{layout.SHARDS_DIR}/{name}" for name in sharded.shard_files(shards, rank)]
+        mine = {"sums": checksums.checksums(staging, files), "others": others, "bytes": _tensor_bytes(tensors)}
+        reports = collectives.gather_to_rank0(mine)
+        result: Any = None
+        if rank == 0:
+            if failure:
+                shutil.rmtree(staging, ignore_errors=True)
+                result = self._write_failure(OSError(failure), sum(r["bytes"] for r in reports))
+            else:
+                result = self._publish_sharded(step, staging, small, reports, optimizer is not None)
+        return self._outcome(collectives.broadcast_from_rank0(result))
+
+    def _publish_sharded(self, step, staging, small, reports, with_optimizer) -> Any:
+        sums = {rel: value for report in reports for rel, value in report["sums"].items()}
+        shards = staging / layout.SHARDS_DIR
+        arrived = {rel.split("/", 1)[1] for rel in sums}
+        expected = sharded.files_named_in_metadata(shards)
+        if not expected <= arrived:
             shutil.rmtree(staging, ignore_errors=True)
-            raise
+            return CheckpointError(f"the sharded checkpoint in {self.directory} misses other ranks' files "
+                                   f"({', '.join(sorted(expected - arrived)[:3])}): every rank must reach the same "
+                                   "folder (a shared filesystem across nodes); use a shared --out, or the full layout")
+        others: dict = {}
+        for report in reports:
+            others.update(report["others"])
+        whole = {**small, "layout": "sharded", "optimizer_settings": others if with_optimizer else None}
+        sums.update(checksums.checksums(staging, [f"{layout.SHARDS_DIR}/.metadata"]))
+
+        def write(folder: Path) -> None:
+            save_state(whole, folder / layout.STATE_FILE)
+        return self._write(step, write, sum(r["bytes"] for r in reports), "sharded", small["progress"]["facts"],
+                           [layout.STATE_FILE], staging=staging, sums=sums)
+
+    def _write(self, step: int, write: Callable[[Path], None], needed: int, layout_name: str, facts: dict,
+               files: list[str], staging: Optional[Path] = None, sums: Optional[dict] = None) -> Any:
+        """Rank 0: assembles the folder and publishes it; returns the path, or the error
+        every rank must raise."""
+        try:
+            staging = staging or layout.new_staging_folder(self.directory, step)
+        except OSError as exc:
+            return self._write_failure(exc, needed)
+        try:
+            write(staging)
+            meta = {"step": int(step), "layout": layout_name, "facts": facts,
+                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scaletrain_version": __version__,
+                    "torch_version": torch.__version__}
+            write_json_atomic(staging / layout.META_FILE, meta)
+            all_sums = {**(sums or {}), **checksums.checksums(staging, [*files, layout.META_FILE])}
+            write_json_atomic(staging / checksums.CHECKSUM_FILE, all_sums)
+            final = layout.publish(staging, self.directory, step)
+        except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as a RuntimeError
+            shutil.rmtree(staging, ignore_errors=True)
+            return self._write_failure(exc, needed)
         layout.prune(self.directory, self.keep)
-        return final
+        return str(final)
+
+    def _write_failure(self, exc: BaseException, needed: int) -> CheckpointError:
+        """One line: what failed, where, and — for a full disk — how much room it needed."""
+        try:
+            free = shutil.disk_usage(self.directory if self.directory.exists() else self.directory.parent).free
+        except OSError:
+            free = None
+        full_disk = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc) or (
+            free is not None and free < needed)
+        if full_disk:
+            room = f"; {_mb(free)} free" if free is not None else ""
+            return CheckpointError(f"cannot write a checkpoint into {self.directory}: the disk is full (it needs about "
+                                   f"{_mb(needed)}{room}); the previous checkpoint is kept; free some space or write "
+                                   f"the run to another folder ({arg('out')})")
+        reason = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0][:200]
+        return CheckpointError(f"cannot write a checkpoint into {self.directory}: {reason}; the previous checkpoint "
+                               "is kept")
+
+    @staticmethod
+    def _attempt(make: Callable[[], Any]) -> Any:
+        try:
+            return make()
+        except OSError as exc:
+            return CheckpointError(f"cannot create a checkpoint folder: {exc.strerror or exc}")
+
+    @staticmethod
+    def _outcome(result: Any) -> Any:
+        if isinstance(result, Exception):
+            raise CheckpointError(str(result)) from None
+        return Path(result) if isinstance(result, str) else result
 
     # -- loading ----------------------------------------------------------------------
     def load(self, source: str | Path, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
              scheduler=None, loader=None) -> Optional[dict]:
         """Restores the state saved in `source` ("auto": this checkpointer's newest, if any;
-        else a checkpoint folder, a folder of checkpoints, or a run's output folder).
+        else a checkpoint folder, a folder of checkpoints, or a run's output folder). The
+        newest checkpoint whose files verify is used; the ones skipped are named in "notes".
 
-        Returns {"path", "step", "loader", "extra", "world_size"}, or None when `source` is
-        "auto" and there is nothing to resume from."""
-        with self.run._op("checkpoint load"):
-            resumed = self._load(source, model, optimizer, scheduler, loader)
-        if resumed is not None:
-            self.run.steps_taken = resumed["step"]
-            if self.run._watchdog is not None:
-                self.run._watchdog.step = resumed["step"]
-        return resumed
-
-    def _load(self, source, model, optimizer, scheduler, loader) -> Optional[dict]:
-        header: Any = None
-        state: Optional[dict] = None
-        if _rank() == 0:
-            try:
-                state, header = self._read(source)
-            except CheckpointError as exc:
-                header = exc
-        header = _from_rank0(header)
-        if isinstance(header, Exception):
-            raise CheckpointError(str(header)) from None
-        if header is None:
-            return None
-        model_state = state["model"] if state is not None else {}
-        optim_state = state.get("optimizer") if state is not None else {}
-        if optimizer is not None and header["has_optimizer"]:
-            apply_model_and_optimizer(model, optimizer, model_state, optim_state or {})
-        else:
-            apply_model_and_optimizer(model, None, model_state, None)
+        Returns {"path", "step", "loader", "extra", "world_size", "notes"}, or None when
+        `source` is "auto" and there is nothing to resume from."""
+        with self.host.watch("checkpoint load"):
+            header, state = self._choose(source, loader) if self.host.ctx.rank == 0 else (None, None)
+            header = collectives.broadcast_from_rank0(header)
+            if isinstance(header, Exception):
+                raise CheckpointError(str(header)) from None
+            if header is None:
+                return None
+            owner = self.host.state_owner(model)
+            if header["layout"] == "sharded":
+                self._load_sharded(header, owner, optimizer)
+            else:
+                self._load_full(header, state, owner, optimizer)
         if scheduler is not None and header["scheduler"] is not None:
             scheduler.load_state_dict(header["scheduler"])
         rng = header["rng"]
-        if self.run.rank < len(rng):  # a rank that did not exist when saving keeps its seeded state
-            restore_rng(rng[self.run.rank])
+        if self.host.ctx.rank < len(rng):  # a rank that did not exist when saving keeps its seeded state
+            restore_rng(rng[self.host.ctx.rank])
         progress = header["progress"]
         if loader is not None and progress.get("loader") is not None:
             loader.resume_at(progress["loader"])
+        self.host.steps_taken = progress["step"]
         return {"path": header["path"], "step": progress["step"], "loader": progress.get("loader"),
-                "extra": header["extra"], "world_size": progress.get("world_size")}
+                "extra": header["extra"], "world_size": progress.get("world_size"), "notes": header["notes"]}
 
-    def _read(self, source: str | Path):
-        if str(source) == "auto":
-            folder = layout.latest_checkpoint(self.directory)
-            if folder is None:
+    def _choose(self, source, loader) -> tuple[Any, Optional[dict]]:
+        """Rank 0: (the first candidate that verifies and fits this run, as a header for all
+        ranks — or None, or the error every rank raises; the state read from it)."""
+        auto = str(source) == "auto"
+        found, notes = layout.candidates(self.directory) if auto else layout.source_candidates(Path(source))
+        if not found:
+            if auto:
                 return None, None
+            return CheckpointError(f"no complete checkpoint at {source}; name a checkpoint folder "
+                                   f"(…/checkpoints/step-N), a checkpoints folder or a run's output folder"), None
+        now = {**self.host.checkpoint_facts()}
+        if loader is not None:
+            now["batch_size"] = loader.batch_size
+        skipped = []
+        for folder in found:
+            problem = checksums.verify(folder)
+            state = None
+            if problem is None:
+                try:
+                    state = load_state(folder / layout.STATE_FILE)
+                except CheckpointError as exc:
+                    problem = str(exc)
+            if problem is not None:
+                skipped.append(f"skipped {folder.name}: {problem}")
+                continue
+            refusal, differences = compat.compare(state["progress"].get("facts", {}), now, str(folder))
+            if refusal:
+                return CheckpointError(refusal), None
+            return {"path": str(folder), "layout": state.get("layout", "full"), "progress": state["progress"],
+                    "scheduler": state.get("scheduler"), "rng": state.get("rng") or [], "extra": state.get("extra") or {},
+                    "has_optimizer": state.get("optimizer", state.get("optimizer_settings")) is not None,
+                    "optimizer_settings": state.get("optimizer_settings"),
+                    "notes": [*notes, *skipped, *differences]}, state
+        return CheckpointError(f"no checkpoint in {source if not auto else self.directory} can be used: "
+                               + "; ".join(skipped)), None
+
+    def _load_full(self, header, state, owner, optimizer) -> None:
+        if self.host.ctx.rank == 0:
+            expected = _shapes(owner.module)
+            problem = _mismatch(expected, state["model"], header["path"])
+            whole = {"model": state["model"], "optimizer": state["optimizer"]}
         else:
-            folder = layout.resolve_source(Path(source))
-            if folder is None:
-                raise CheckpointError(f"no complete checkpoint at {source}; name a checkpoint folder "
-                                      f"(…/checkpoints/step-N), a checkpoints folder or a run's --out folder")
-        state = load_state(folder / layout.STATE_FILE)
-        header = {"path": str(folder), "progress": state.get("progress", {"step": 0}),
-                  "rng": state.get("rng") or [], "scheduler": state.get("scheduler"),
-                  "extra": state.get("extra") or {}, "has_optimizer": state.get("optimizer") is not None}
-        return state, header
+            problem, whole = None, {"model": {}, "optimizer": {} if header["has_optimizer"] else None}
+        problem = _consensus(problem)
+        if problem:
+            raise CheckpointError(problem)
+        owner.load_state_dict(whole, True, optimizer if header["has_optimizer"] else None)
+
+    def _load_sharded(self, header, owner, optimizer) -> None:
+        with_optimizer = header["has_optimizer"] and optimizer is not None
+        template = owner.state_dict(False, optimizer if with_optimizer else None)
+        tensors, others = sharded.split_state(template)
+        folder = Path(header["path"]) / layout.SHARDS_DIR
+        stored = sharded.stored_shapes(folder)
+        problem = _consensus(_mismatch({k: tuple(v.shape) for k, v in tensors.items()}, stored, header["path"],
+                                       prefixed=True))
+        if problem:
+            raise CheckpointError(problem)
+        sharded.load(tensors, folder)
+        settings = header["optimizer_settings"] or {}
+        state = sharded.join_state(tensors, {k: settings.get(k, v) for k, v in others.items()}, with_optimizer)
+        owner.load_state_dict(state, False, optimizer if with_optimizer else None)
+
+
+def _shapes(module: nn.Module) -> dict:
+    return {name: tuple(t.shape) for name, t in module.state_dict().items() if isinstance(t, torch.Tensor)}
+
+
+def _mismatch(expected: dict, stored: dict, where: str, prefixed: bool = False) -> Optional[str]:
+    """What keeps `stored` (name -> tensor or shape) from filling `expected` (name -> shape)."""
+    def shape(v):
+        return tuple(v.shape) if isinstance(v, torch.Tensor) else tuple(v)
+    missing = [k for k in expected if k not in stored]
+    wrong = [k for k in expected if k in stored and shape(stored[k]) != expected[k]]
+    if not missing and not wrong:
+        return None
+    names = [k.split(".", 1)[1] if prefixed else k for k in (missing or wrong)][:3]
+    what = "does not hold" if missing else "holds other shapes for"
+    return (f"{where} {what} {', '.join(names)}{' …' if len(missing or wrong) > 3 else ''}: it was written for another "
+            "model; resume with the model it was written for, or start a new run")
+
+
+def _consensus(problem: Optional[str]) -> Optional[str]:
+    """The first rank's problem, on every rank: a rank that stopped alone would leave the
+    others waiting in the next collective."""
+    reports = collectives.gather_to_rank0(problem)
+    first = next((p for p in reports if p), None) if reports else None
+    return collectives.broadcast_from_rank0(first)
+
+
+def _tensor_bytes(state: dict) -> int:
+    total = 0
+    for value in state.values():
+        if isinstance(value, dict):
+            total += _tensor_bytes(value)
+        elif isinstance(value, torch.Tensor):
+            local = value.to_local() if hasattr(value, "to_local") else value
+            total += local.numel() * local.element_size()
+    return total
+
+
+def _mb(nbytes: Optional[float]) -> str:
+    return "? MB" if nbytes is None else f"{nbytes / 1e6:,.1f} MB"
+

@@ -1,9 +1,13 @@
 """Where checkpoints live on disk, and how a folder becomes a checkpoint atomically.
 
-    <dir>/step-00000040/state.pt     model, optimizer, schedule, sampler position, RNG, step
-    <dir>/step-00000040/meta.json    the same facts a human wants (step, epoch, world size)
-    <dir>/step-00000040/COMPLETE     written last: a folder without it is not a checkpoint
-    <dir>/latest                     the name of the newest complete checkpoint
+    <dir>/step-00000040/state.pt        step, data position, RNG, schedule; the model and
+                                        optimizer too in the full format
+    <dir>/step-00000040/shards/         the sharded format: model and optimizer tensors,
+                                        one file per rank (torch.distributed.checkpoint)
+    <dir>/step-00000040/meta.json       the same facts a human wants (step, world size, ...)
+    <dir>/step-00000040/checksums.json  a CRC-32 per file, verified before loading
+    <dir>/step-00000040/COMPLETE        written last: a folder without it is not a checkpoint
+    <dir>/latest                        the name of the newest complete checkpoint
 
 A checkpoint is assembled in a hidden temporary folder, every file flushed to disk, the
 COMPLETE marker written last, and only then the folder renamed to its final name and the
@@ -20,9 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..files import write_text_atomic
+from ..files import default_mode, write_text_atomic
 
 STATE_FILE = "state.pt"
+SHARDS_DIR = "shards"
 META_FILE = "meta.json"
 MARKER_FILE = "COMPLETE"
 LATEST_FILE = "latest"
@@ -32,6 +37,11 @@ _NAME_RE = re.compile(r"^step-(\d+)$")
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+def step_of(folder: Path) -> Optional[int]:
+    m = _NAME_RE.match(Path(folder).name)
+    return int(m.group(1)) if m else None
 
 
 def is_complete(folder: Path) -> bool:
@@ -48,9 +58,12 @@ def fsync_dir(folder: Path) -> None:
 
 
 def new_staging_folder(directory: Path, step: int) -> Path:
-    """A hidden folder next to the final one (same filesystem, so the rename is atomic)."""
+    """A hidden folder next to the final one (same filesystem, so the rename is atomic),
+    with the permissions an ordinary mkdir gives (mkdtemp's are private)."""
     directory.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{checkpoint_name(step)}.", suffix=".tmp", dir=directory))
+    staging = Path(tempfile.mkdtemp(prefix=f".{checkpoint_name(step)}.", suffix=".tmp", dir=directory))
+    os.chmod(staging, default_mode(0o777))
+    return staging
 
 
 def publish(staging: Path, directory: Path, step: int) -> Path:
@@ -75,22 +88,44 @@ def complete_checkpoints(directory: Path) -> list[Path]:
         return []
     found = []
     for child in directory.iterdir():
-        m = _NAME_RE.match(child.name)
-        if m and child.is_dir() and is_complete(child):
-            found.append((int(m.group(1)), child))
+        step = step_of(child)
+        if step is not None and child.is_dir() and is_complete(child):
+            found.append((step, child))
     return [path for _, path in sorted(found)]
 
 
-def latest_checkpoint(directory: Path) -> Optional[Path]:
-    """The checkpoint `latest` names if it is complete; else the newest complete one (the
-    pointer may be missing if a save died between the rename and the pointer update)."""
+def read_latest(directory: Path) -> tuple[Optional[Path], Optional[str]]:
+    """(the complete checkpoint `latest` names, or None; a note when the pointer is unusable)."""
     pointer = directory / LATEST_FILE
-    if pointer.is_file():
-        named = directory / pointer.read_text().strip()
-        if named.parent == directory and is_complete(named):
-            return named
+    if not pointer.exists():
+        return None, None
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None, f"{pointer} is unreadable; ignored it"
+    named = directory / name
+    if not _NAME_RE.match(name) or not is_complete(named):
+        return None, f"{pointer} names no complete checkpoint ({name[:40]!r}); ignored it"
+    return named, None
+
+
+def candidates(directory: Path) -> tuple[list[Path], list[str]]:
+    """Checkpoints to resume from, best first: the one `latest` names, then the complete
+    ones older than it, newest first. (Newer ones than `latest` belong to a line of work that
+    was abandoned when an older checkpoint was resumed.) Also notes on an unusable pointer."""
+    named, note = read_latest(directory)
     found = complete_checkpoints(directory)
-    return found[-1] if found else None
+    if named is not None:
+        cutoff = step_of(named)
+        older = [p for p in found if step_of(p) < cutoff]
+        return [named, *reversed(older)], []
+    return list(reversed(found)), [note] if note else []
+
+
+def latest_checkpoint(directory: Path) -> Optional[Path]:
+    """The checkpoint to resume from, without verifying its files (see Checkpointer.load)."""
+    found, _ = candidates(directory)
+    return found[0] if found else None
 
 
 def prune(directory: Path, keep: int) -> None:
@@ -102,15 +137,24 @@ def prune(directory: Path, keep: int) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def resolve_source(source: Path) -> Optional[Path]:
-    """A checkpoint folder from what the user named: the checkpoint itself, a folder of
-    checkpoints (its latest), or a run's output folder (its checkpoints/ latest).
-    None when nothing complete is there."""
+def source_candidates(source: Path) -> tuple[list[Path], list[str]]:
+    """Checkpoints from what the user named: the checkpoint itself, a folder of checkpoints,
+    or a run's output folder (its checkpoints/), best first; notes on what was ignored."""
     source = Path(source)
     if is_complete(source):
-        return source
+        return [source], []
     for directory in (source, source / CHECKPOINTS_DIR):
-        found = latest_checkpoint(directory)
-        if found is not None:
-            return found
-    return None
+        found, notes = candidates(directory)
+        if found:
+            return found, notes
+    return [], []
+
+
+def resolve_source(source: Path) -> Optional[Path]:
+    """The best checkpoint folder for what the user named (unverified), or None."""
+    found, _ = source_candidates(source)
+    return found[0] if found else None
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())

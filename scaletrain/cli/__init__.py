@@ -8,7 +8,7 @@ from typing import Optional
 
 from ..errors import UsageError
 from . import bench_cmd, comm_cmd, doctor_cmd, env_cmd, launch_cmd, plan_cmd, train_cmd
-from .parsing import OneLineParser, fail
+from .parsing import OneLineParser, fail, flag_names
 
 COMMANDS = (train_cmd, launch_cmd, env_cmd, doctor_cmd, bench_cmd, comm_cmd, plan_cmd)
 
@@ -26,11 +26,12 @@ def build_parser() -> OneLineParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     args.argv = argv
     try:
         return args.handler(args)
-    except UsageError as exc:
-        return fail(str(exc))
+    except UsageError as exc:  # spelt with the flags the user types, not the library's keywords
+        return fail(exc.for_command_line(*flag_names(parser)))
     except KeyboardInterrupt:
         return 130

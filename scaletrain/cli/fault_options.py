@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from ..checkpoint import CHECKPOINTS_DIR, latest_checkpoint, resolve_source
-from ..checkpoint.safe_io import CheckpointError, check_loadable
+from ..checkpoint import CHECKPOINTS_DIR, LAYOUTS, latest_checkpoint
+from ..checkpoint.preflight import check_resumable
 from ..environment import DistEnv
 from ..defaults import HANG_TIMEOUT_S, KEEP_CHECKPOINTS, MAX_RESTARTS
 from ..errors import UsageError
@@ -37,6 +37,11 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
                    help="save a checkpoint into OUT/checkpoints every STEPS training steps, and at the end")
     g.add_argument("--keep-checkpoints", type=positive_int, default=KEEP_CHECKPOINTS, metavar="K",
                    help=f"keep the newest K checkpoints (default {KEEP_CHECKPOINTS})")
+    g.add_argument("--checkpoint-layout", choices=LAYOUTS, default="auto",
+                   help="full: one file with the whole model, written by rank 0, readable by any strategy on any "
+                        "number of processes; sharded: each rank writes its own share (no rank holds the whole "
+                        "model; needs a folder all nodes share); auto (default): sharded for fsdp when the model's "
+                        "state is 1 GiB or more, else full")
     g.add_argument("--resume", type=resume_source, metavar="auto|PATH",
                    help="auto: continue from the newest checkpoint in --out if there is one; PATH: a checkpoint "
                         "folder, a checkpoints folder or an earlier run's --out")
@@ -56,7 +61,7 @@ def fault_config(args: argparse.Namespace) -> dict:
     if resume is None and restarted and args.checkpoint_every:
         resume = "auto"
     return {"checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
-            "resume": resume, "timeout_seconds": args.timeout}
+            "checkpoint_layout": args.checkpoint_layout, "resume": resume, "timeout_seconds": args.timeout}
 
 
 def check_fault_flags(args: argparse.Namespace, env: DistEnv, out: Optional[Path]) -> None:
@@ -64,20 +69,23 @@ def check_fault_flags(args: argparse.Namespace, env: DistEnv, out: Optional[Path
     if env.launched and out is None and (args.checkpoint_every or args.resume == "auto"):
         raise UsageError("--checkpoint-every and --resume auto need a fixed --out under a launcher (every rank and "
                          "every restart must find the same folder); add --out DIR")
-    if args.resume not in (None, "auto"):
-        source = Path(args.resume).expanduser()
-        if not source.exists():
-            raise UsageError(f"--resume {args.resume}: no such file or folder; name a checkpoint folder, a "
-                             "checkpoints folder or an earlier run's --out (or use --resume auto)")
-        folder = resolve_source(source)
-        if folder is None:
-            raise UsageError(f"--resume {args.resume}: no complete checkpoint there (a checkpoint folder holds "
-                             "state.pt and COMPLETE); name another one")
-        if not env.launched:  # the ranks check again; refusing here saves starting them
-            try:
-                check_loadable(folder)
-            except CheckpointError as exc:
-                raise UsageError(f"--resume {args.resume}: {exc}") from None
+    if args.resume not in (None, "auto") and not Path(args.resume).expanduser().exists():
+        raise UsageError(f"--resume {args.resume}: no such file or folder; name a checkpoint folder, a "
+                         "checkpoints folder or an earlier run's --out (or use --resume auto)")
+
+
+def check_resume(args: argparse.Namespace, out: Path, model, facts: dict) -> list[str]:
+    """In the parent, before anything starts: the checkpoint a resume would use verifies,
+    fits this model and these settings (else one line). Returns notes to show."""
+    if args.resume is None:
+        return []
+    auto = args.resume == "auto"
+    source = out / CHECKPOINTS_DIR if auto else Path(args.resume).expanduser()
+    try:
+        _folder, notes = check_resumable(source, model, facts, auto)
+    except UsageError as exc:
+        raise UsageError(f"--resume {args.resume}: {exc.raw}") from None
+    return notes
 
 
 def out_may_hold_files(args: argparse.Namespace, out: Path) -> bool:

@@ -5,41 +5,36 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..values import non_negative_int, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
+
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's default prints the whole usage first
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def positive_int(text: str) -> int:
-    return whole_number(text, minimum=1)
-
-
-def non_negative_int(text: str) -> int:
-    return whole_number(text, minimum=0)
-
-
-def whole_number(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}" if minimum
-                                         else f"must be 0 or more, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    return value
-
-
 def fail(message: str) -> int:
     print(f"scaletrain: error: {message}", file=sys.stderr)
     return 2
+
+
+def flag_names(parser: argparse.ArgumentParser) -> tuple[dict, frozenset]:
+    """(setting name -> its flag, the flags that take no value), over a parser and its
+    subcommands: how an error names a setting on the command line."""
+    flags: dict[str, str] = {}
+    switches: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                more, more_switches = flag_names(sub)
+                for name, flag in more.items():
+                    flags.setdefault(name, flag)
+                switches |= more_switches
+        elif action.option_strings and action.dest not in ("help",):
+            flag = next((s for s in action.option_strings if s.startswith("--")), action.option_strings[0])
+            flags.setdefault(action.dest, flag)
+            if action.nargs == 0:
+                switches.add(flag)
+        elif not action.option_strings and action.dest:
+            flags.setdefault(action.dest, action.metavar or action.dest)
+    return flags, frozenset(switches)

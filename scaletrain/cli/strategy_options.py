@@ -1,44 +1,56 @@
-"""The command-line flags particular to strategies, and how they become
-`TrainConfig.strategy_options` (the keyword arguments of `scaletrain.init`).
+"""The command-line flags of the strategies' options, generated from each strategy's
+options dataclass (`scaletrain.strategies.*.Options`): one flag per option name, its help
+gathered from every strategy that takes it. No second list to keep in step.
 
-Only flags the user gave become options, so a strategy can tell "not given" from a default
-and reject a flag that means nothing to it (--microbatches with ddp) in one line."""
+Only flags the user gave become options (the others are absent from the parsed arguments),
+so a strategy can tell "not given" from a default and reject a flag that means nothing to it
+(--microbatches with ddp) in one line."""
 
 from __future__ import annotations
 
 import argparse
 
-from .parsing import positive_int
+from ..options import declared, flag_of
+from ..strategies import REGISTRY
 
-#: option name (keyword of scaletrain.init) -> argparse destination
-OPTIONS = ("devices_per_process", "microbatches", "split_points", "pipeline_stages", "schedule",
-           "precision", "grad_accum")
+
+def _options_by_name() -> dict[str, list[tuple[str, object]]]:
+    """option name -> [(strategy name, its field)], in registry order."""
+    found: dict[str, list[tuple[str, object]]] = {}
+    for name, cls in REGISTRY.items():
+        for f in declared(cls.Options):
+            if flag_of(f):
+                found.setdefault(f.name, []).append((name, f))
+    return found
+
+
+def _help(uses: list[tuple[str, object]]) -> str:
+    """One help text: shared wording once, otherwise 'mp, hybrid: …; pipeline: …'."""
+    texts: dict[str, list[str]] = {}
+    for strategy, f in uses:
+        default = f.default if f.default is not None else None
+        text = f.metadata["help"] + (f" (default {default})" if default not in (None, False) else "")
+        texts.setdefault(text, []).append(strategy)
+    if len(uses) == len(REGISTRY) and len(texts) == 1:
+        return next(iter(texts)) + "; every strategy"
+    return "; ".join(f"{', '.join(strategies)}: {text}" for text, strategies in texts.items())
 
 
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("strategy options")
-    g.add_argument("--devices-per-process", type=positive_int, metavar="K",
-                   help="dp: devices to replicate over; mp/hybrid: parts to split the model into, one per device "
-                        "(cuda:0..K-1; all on the CPU when there is no GPU). Default: the GPUs each process may use, "
-                        "2 parts on a CPU")
-    g.add_argument("--microbatches", type=positive_int, metavar="M",
-                   help="mp/hybrid/pipeline: micro-batches each batch is cut into so that parts overlap "
-                        "(mp/hybrid default 1; pipeline default: the number of stages, and M must divide --batch-size)")
-    g.add_argument("--split-points", metavar="BLOCK,BLOCK",
-                   help="mp/hybrid/pipeline: blocks at which a new part starts (e.g. conv2,fc1) instead of the "
-                        "automatic split that balances parameters")
-    g.add_argument("--pipeline-stages", type=positive_int, metavar="S",
-                   help="pipeline: stages, one process each; the world size must be a multiple S×R, giving R "
-                        "data-parallel replicas of the pipeline (default: the world size)")
-    g.add_argument("--schedule", choices=["gpipe", "1f1b"],
-                   help="pipeline: gpipe (all forwards, then all backwards) or 1f1b (default; fewer activations kept)")
-    g.add_argument("--precision", choices=["fp32", "bf16"],
-                   help="fp32 (default) or bf16 autocast for forward and loss")
-    g.add_argument("--grad-accum", type=positive_int, metavar="N",
-                   help="micro-steps per optimizer step; gradients are synchronised on the last one only, so "
-                        "the effective batch grows N times (default 1)")
+    g = p.add_argument_group("strategy options (each applies to the strategies it names)")
+    for name, uses in _options_by_name().items():
+        f = uses[0][1]
+        meta = f.metadata
+        kwargs = {"dest": name, "default": argparse.SUPPRESS, "help": _help(uses)}
+        if meta.get("choices"):
+            kwargs["choices"] = list(meta["choices"])
+        elif meta.get("parse"):
+            kwargs["type"] = meta["parse"]
+        if meta.get("metavar"):
+            kwargs["metavar"] = meta["metavar"]
+        g.add_argument(flag_of(f), **kwargs)
 
 
 def strategy_options_from_args(args: argparse.Namespace) -> dict:
     """The strategy options the user gave, as keyword arguments for scaletrain.init."""
-    return {name: getattr(args, name) for name in OPTIONS if getattr(args, name, None) is not None}
+    return {name: getattr(args, name) for name in _options_by_name() if hasattr(args, name)}

@@ -18,7 +18,7 @@ from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
 from .launch_options import add_launch_arguments, launch_request, launch_requested, plan_and_run, strip_launch_args
-from .fault_options import (add_fault_arguments, check_fault_flags, describe_resume, fault_config,
+from .fault_options import (add_fault_arguments, check_fault_flags, check_resume, describe_resume, fault_config,
                             out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out
 from .parsing import positive_float, positive_int
@@ -70,16 +70,25 @@ def default_nproc(strategy: str) -> int:
     return torch.cuda.device_count() or cpu_cores()
 
 
-def validate(config: TrainConfig, nproc: int) -> None:
-    """Everything that can be checked before a process starts, so mistakes cost seconds."""
+def validate(config: TrainConfig, nproc: int):
+    """Everything that can be checked before a process starts, so mistakes cost seconds.
+    Returns the strategy and the model it was checked with."""
     strategy = get_strategy(config.strategy, **config.strategy_options)
     strategy.check_world_size(nproc)
     device = choose_device(config.device, 0)
     choose_backend(config.backend, device.type)
     workload = get_workload(config.workload, config.model, config.dataset)
-    strategy.preflight(nproc, workload.build_model(), config.batch_size)  # splits, stages, micro-batches
+    model = workload.build_model()
+    strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
     if config.dataset:
         workload.build_datasets(config.seed)
+    return strategy, model
+
+
+def resume_facts(config: TrainConfig, strategy, world_size: int) -> dict:
+    """What a checkpoint to resume must agree with (see checkpoint.compat)."""
+    return {"grad_accum": strategy.grad_accum, "batch_size": config.batch_size, "world_size": world_size,
+            "strategy": strategy.name}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,9 +106,11 @@ def run(args: argparse.Namespace) -> int:
         train(config, args.out or default_out(config.strategy, env.world_size))
         return 0
     nproc = args.nproc_per_node or default_nproc(config.strategy)
-    validate(config, nproc)
+    strategy, model = validate(config, nproc)
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()
+    for note in check_resume(args, out, model, resume_facts(config, strategy, nproc * (args.nnodes or 1))):
+        print(f"scaletrain: note: {note}", file=sys.stderr)
     # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it, and
     # --resume auto continues the run already in it.
     if not args.node_rank and not out_may_hold_files(args, out):

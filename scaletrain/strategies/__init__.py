@@ -1,9 +1,12 @@
-"""The registry of strategies: name -> Strategy class. Add a strategy by registering it here."""
+"""The registry of strategies: name -> Strategy class. Add a strategy by writing its module
+(options, Strategy, Prepared) and registering its class here."""
 
 from __future__ import annotations
 
-from ..errors import UsageError
-from .base import Strategy
+from typing import Any
+
+from ..errors import UsageError, arg
+from .base import CommonOptions, Prepared, Strategy
 from .ddp import DDPStrategy
 from .dp import DataParallelStrategy
 from .fsdp import FSDPStrategy
@@ -29,9 +32,15 @@ def strategy_names() -> list[str]:
     return list(REGISTRY)
 
 
-def get_strategy(name: str, **options) -> Strategy:
+def get_strategy(name: str | Strategy, **options: Any) -> Strategy:
+    """The strategy `name` with `options` (keyword arguments of scaletrain.init)."""
     if isinstance(name, Strategy):
+        if options:
+            raise UsageError("give options either to the Strategy object or as keywords, not both")
         return name
     if name not in REGISTRY:
-        raise UsageError(f"unknown strategy {name!r}; choose one of: {', '.join(REGISTRY)} (--strategy)")
+        raise UsageError(f"unknown {arg('strategy', name)}; choose one of: {', '.join(REGISTRY)}")
     return REGISTRY[name](**options)
+
+
+__all__ = ["REGISTRY", "Strategy", "Prepared", "CommonOptions", "get_strategy", "strategy_names", "register"]

@@ -11,38 +11,58 @@ from __future__ import annotations
 
 import contextlib
 
+from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from .base import Strategy
-from .model_state import rebuild_optimizer
+from .base import Prepared, Strategy
+from .model_state import retarget_optimizer
+
+
+def shard_units(model: nn.Module) -> list[str]:
+    """The blocks sharded one by one (then the root takes the rest): a transformer's layers
+    (the children of its ModuleLists), else the model's top-level children with parameters.
+    A transformer's body is one child holding every layer: sharding it whole would gather
+    every layer's parameters at once."""
+    layers = [f"{name}.{child}" for name, module in model.named_modules() if isinstance(module, nn.ModuleList)
+              for child, block in module.named_children() if any(True for _ in block.parameters())]
+    if layers:
+        return layers
+    return [name for name, block in model.named_children() if any(True for _ in block.parameters())]
+
+
+class FSDPPrepared(Prepared):
+    shards_state = True  # each process holds 1/N: large models are checkpointed sharded
+    @contextlib.contextmanager
+    def no_sync(self):
+        self.model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.model.set_requires_gradient_sync(True)
+
+    def describe(self):
+        return {**super().describe(), "sharded_blocks": self.sharded_blocks, "shards": self.ctx.world_size}
 
 
 class FSDPStrategy(Strategy):
     name = "fsdp"
     help = "fully sharded data parallel (FSDP2): parameters, gradients and optimizer state split N ways"
 
-    def setup(self, run, model, optimizer):
-        model.to(run.device)
+    def setup(self, ctx, model, optimizer):
+        model.to(ctx.device)
         before = dict(model.named_parameters())
-        mesh = init_device_mesh(run.device.type, (run.world_size,))
-        self.sharded_blocks = [name for name, block in model.named_children()
-                               if any(True for _ in block.parameters())]
-        for name in self.sharded_blocks:
-            fully_shard(getattr(model, name), mesh=mesh)
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+        blocks = shard_units(model)
+        for name in blocks:
+            fully_shard(model.get_submodule(name), mesh=mesh)
         fully_shard(model, mesh=mesh)
-        run.print(f"scaletrain: fsdp: {len(self.sharded_blocks)} block(s) ({', '.join(self.sharded_blocks)}) "
-                  f"and the root sharded {run.world_size} ways")
         # fully_shard replaces the parameters with sharded ones: the optimizer must follow.
-        return self.remember(model, rebuild_optimizer(optimizer, before, model))
+        prepared = FSDPPrepared(self, ctx, model, retarget_optimizer(optimizer, before, model), module=model)
+        prepared.sharded_blocks = blocks
+        prepared.banner = (f"scaletrain: fsdp: {len(blocks)} block(s) ({', '.join(blocks)}) and the root sharded "
+                           f"{ctx.world_size} ways")
+        return prepared
 
-    @contextlib.contextmanager
-    def no_sync(self, model):
-        model.set_requires_gradient_sync(False)
-        try:
-            yield
-        finally:
-            model.set_requires_gradient_sync(True)
-
-    def describe(self, run):
-        return {**super().describe(run), "sharded_blocks": self.sharded_blocks, "shards": run.world_size}
+    def describe(self, ctx):
+        return {**super().describe(ctx), "shards": ctx.world_size}

@@ -6,21 +6,20 @@ from __future__ import annotations
 
 from torch.nn.parallel import DistributedDataParallel
 
-from .mp import ModelParallelStrategy
+from .mp import ModelParallelStrategy, MPPrepared
+
+
+class HybridPrepared(MPPrepared):
+    def no_sync(self):
+        return self.model.no_sync()
 
 
 class HybridStrategy(ModelParallelStrategy):
     name = "hybrid"
     help = "DDP + model parallel: each process splits its replica across K devices"
+    Prepared = HybridPrepared
     multi_process = True
 
-    def setup(self, run, model, optimizer):
+    def wrap(self, ctx, parted):
         # device_ids must stay None: the replica spans several devices.
-        ddp = DistributedDataParallel(self.parted(run, model), device_ids=None, gradient_as_bucket_view=True)
-        return self.remember(ddp, optimizer)
-
-    def parted_of(self, model):
-        return model.module  # DDP -> PartedModel
-
-    def no_sync(self, model):
-        return model.no_sync()
+        return DistributedDataParallel(parted, device_ids=None, gradient_as_bucket_view=True)

@@ -1,12 +1,26 @@
-"""What a process holds of the model (parameters, gradients, optimizer state) and how to
-point an optimizer at parameters that a strategy replaced or dropped."""
+"""What a process holds of the model (parameters, gradients, optimizer state), pointing an
+optimizer at the parameters a strategy replaced or dropped, and turning model and
+optimizer into state dicts keyed by the user's own parameter names and back.
+
+State goes through torch.distributed.checkpoint.state_dict whatever wraps the model: it
+drops DDP's `module.` prefix, knows FSDP2's DTensor shards, and — with the optimizer state
+flattened to one key per parameter and setting (`state.fc1.weight.exp_avg`,
+`param_groups.fc1.weight.lr`) — gives state dicts in which a process's share of the model
+is a plain subset of the whole. So pipeline stages' shares merge into one checkpoint, and
+any share of it loads into any layout.
+"""
 
 from __future__ import annotations
 
 from typing import Iterable, Optional
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+
+from ..context import ProcessContext
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -40,22 +54,127 @@ def memory_report(model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) 
     return report
 
 
-def rebuild_optimizer(optimizer: Optional[torch.optim.Optimizer], before: dict[str, nn.Parameter],
-                      after: nn.Module) -> Optional[torch.optim.Optimizer]:
-    """A fresh optimizer of the same class and settings over `after`'s parameters.
+def gather_memory(ctx: ProcessContext, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> list[dict]:
+    """Every rank's memory report, in rank order. Collective."""
+    mine = memory_report(model, optimizer)
+    keys = list(mine)
+    local = torch.tensor([mine[k] for k in keys], dtype=torch.float64, device=ctx.gather_device)
+    if ctx.distributed:
+        gathered = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, local)
+    else:
+        gathered = [local]
+    return [{"rank": r, **{k: int(v) for k, v in zip(keys, row.tolist())}} for r, row in enumerate(gathered)]
+
+
+def retarget_optimizer(optimizer: Optional[torch.optim.Optimizer], before: dict[str, nn.Parameter],
+                       after: nn.Module) -> Optional[torch.optim.Optimizer]:
+    """Points the user's optimizer, in place, at `after`'s parameters.
 
     `before` maps the names of the parameters the optimizer was built on; parameters that
     `after` no longer has (another pipeline stage's) are dropped, parameters it replaced
-    (FSDP's sharded ones) are swapped in. The optimizer must not have stepped yet."""
+    (FSDP's sharded ones) are swapped in. In place, so the user's own optimizer object — and
+    any learning-rate scheduler already bound to it — drives the parameters that train."""
     if optimizer is None:
         return None
     if optimizer.state:
         raise ValueError("call run.setup(model, optimizer) before the optimizer's first step")
     name_of = {id(p): name for name, p in before.items()}
     now = dict(after.named_parameters())
-    groups = []
     for group in optimizer.param_groups:
-        params = [now[name_of[id(p)]] for p in group["params"] if name_of.get(id(p)) in now]
-        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
-    groups = [g for g in groups if g["params"]]
-    return type(optimizer)(groups, **optimizer.defaults)
+        group["params"] = [now[name_of[id(p)]] for p in group["params"] if name_of.get(id(p)) in now]
+    return optimizer
+
+
+def _options(**kwargs) -> StateDictOptions:
+    return StateDictOptions(flatten_optimizer_state_dict=True, **kwargs)
+
+
+def _optimizers(optimizer: Optional[torch.optim.Optimizer]) -> tuple:
+    return (optimizer,) if optimizer is not None else ()
+
+
+def _has_params(optimizer: Optional[torch.optim.Optimizer]) -> bool:
+    return optimizer is not None and any(group["params"] for group in optimizer.param_groups)
+
+
+def full_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> dict:
+    """Collective: rank 0 gets the whole, unsharded state on the CPU, the others {}
+    (no rank but the writer holds a second copy of the model)."""
+    model_sd, optim_sd = get_state_dict(module, _optimizers(optimizer),
+                                        options=_options(full_state_dict=True, cpu_offload=True))
+    if not model_sd:
+        return {}
+    return {"model": model_sd, "optimizer": optim_sd if optimizer is not None else {}}
+
+
+def load_full_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], state: dict) -> None:
+    """Collective: rank 0 passes the whole state, the others `{"model": {}, "optimizer": {}}`
+    (`"optimizer": None` on every rank when there is none to load); rank 0's copy is sent to
+    every rank and re-sharded for the current layout.
+
+    Two calls rather than set_state_dict: given an empty model state (as every rank but 0
+    has with broadcast_from_rank0), set_state_dict treats the call as optimizer-only on
+    those ranks and skips the model's broadcast that rank 0 then waits for (torch 2.13).
+    The optimizer goes first, as in set_state_dict: initialising its state takes a step."""
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    if optimizer is not None and state.get("optimizer") is not None:  # the same answer on every rank
+        # Nested here: torch 2.13 cannot load a flattened optimizer state in this mode (it
+        # flattens its own local copy too and hands the optimizer a flat dict).
+        nested = nest_optimizer_state(module, optimizer, state["optimizer"]) if state["optimizer"] else {}
+        set_optimizer_state_dict(module, (optimizer,), nested, options=options)
+    set_model_state_dict(module, state.get("model", {}), options=options)
+
+
+def nest_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, flat: dict) -> dict:
+    """The flattened optimizer state (`state.<param>.<key>`, `param_groups.<param>.<key>`)
+    of this optimizer's parameters, in the nested form keyed by parameter name."""
+    names = {id(p): name for name, p in module.named_parameters()}
+    per_param: dict[str, dict] = {}
+    for key, value in flat.items():
+        kind, _, rest = key.partition(".")
+        fqn, _, setting = rest.rpartition(".")  # settings have no dots; parameter names do
+        per_param.setdefault(fqn, {"state": {}, "param_groups": {}})[kind][setting] = value
+    state, groups = {}, []
+    for group in optimizer.param_groups:
+        fqns = [names[id(p)] for p in group["params"]]
+        settings: dict = {}
+        for fqn in fqns:
+            found = per_param.get(fqn, {"state": {}, "param_groups": {}})
+            if found["state"]:
+                state[fqn] = found["state"]
+            settings.update(found["param_groups"])
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, **settings, "params": fqns})
+    return {"state": state, "param_groups": groups}
+
+
+def local_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> dict:
+    """This process's own state, not gathered: DTensor shards under FSDP, plain tensors
+    elsewhere. Moved nowhere: a sharded save writes it as it is."""
+    model_sd, optim_sd = get_state_dict(module, _optimizers(optimizer), options=_options())
+    return {"model": model_sd, "optimizer": optim_sd if _has_params(optimizer) else {}}
+
+
+def load_local_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], state: dict) -> None:
+    """Puts back a state shaped like local_state's (each process its own share)."""
+    options = _options()
+    if _has_params(optimizer) and state.get("optimizer"):
+        set_optimizer_state_dict(module, (optimizer,), state["optimizer"], options=options)
+    set_model_state_dict(module, state["model"], options=options)
+
+
+class ModuleState:
+    """The state of a module and its optimizer, for checkpoints: what a strategy's prepared
+    model answers, and what a model the run did not prepare (wrapped by the user) gets."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def state_dict(self, full: bool, optimizer: Optional[torch.optim.Optimizer] = None) -> dict:
+        return full_state(self.module, optimizer) if full else local_state(self.module, optimizer)
+
+    def load_state_dict(self, state: dict, full: bool, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+        if full:
+            load_full_state(self.module, optimizer, state)
+        else:
+            load_local_state(self.module, optimizer, state)

@@ -11,16 +11,37 @@ micro-batch schedule run all the same (so the code path is the one a GPU machine
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..errors import UsageError
-from .base import Strategy
+from ..errors import UsageError, arg
+from ..options import check_count, option
+from ..values import name_list, positive_int
+from .base import CommonOptions, Prepared, Strategy
 from .splitting import describe_plan, parameter_counts, parse_split_points, plan_split, split_model
 
 DEFAULT_CPU_PARTS = 2
+
+SPLIT_POINTS_HELP = "blocks at which a new part starts (e.g. conv2,fc1) instead of the automatic split that " \
+                    "balances parameters"
+
+
+@dataclass(frozen=True)
+class MPOptions(CommonOptions):
+    devices_per_process: Optional[int] = option(
+        None, "parts to split the model into, one per device (cuda:0..K-1; all on the CPU when there is no GPU). "
+              "Default: the GPUs each process may use, 2 parts on a CPU", metavar="K", parse=positive_int)
+    microbatches: int = option(1, "micro-batches each batch is cut into so that parts overlap", metavar="M",
+                               parse=positive_int)
+    split_points: Optional[tuple] = option(None, SPLIT_POINTS_HELP, metavar="BLOCK,BLOCK", parse=name_list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_count("microbatches", self.microbatches)
+        object.__setattr__(self, "split_points", parse_split_points(self.split_points))
 
 
 class PartedModel(nn.Module):
@@ -38,6 +59,9 @@ class PartedModel(nn.Module):
         self.__dict__["parts"] = parts  # not registered: the blocks are already under `module`
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if not isinstance(inputs, torch.Tensor):
+            raise UsageError(f"a model split into parts takes one tensor of inputs, not a {type(inputs).__name__}; "
+                             "give (inputs, targets) batches, or use strategy ddp or fsdp for other batches")
         chunks = inputs.tensor_split(min(self.microbatches, len(inputs))) if self.microbatches > 1 else [inputs]
         acts: list[Optional[torch.Tensor]] = list(chunks)
         parts, k_parts = self.parts, len(self.parts)
@@ -57,68 +81,69 @@ def part_devices(count: int, first_index: int, device: torch.device) -> list[tor
         return [torch.device("cpu")] * count
     visible = torch.cuda.device_count()
     if first_index + count > visible:
-        raise UsageError(f"--devices-per-process {count}: this process would need cuda:{first_index}.."
-                         f"cuda:{first_index + count - 1}, but {visible} GPU(s) are visible; "
-                         f"use --devices-per-process {max(1, visible - first_index)} or fewer processes")
+        raise UsageError(f"{arg('devices_per_process', count)}: this process would need cuda:{first_index}.."
+                         f"cuda:{first_index + count - 1}, but {visible} GPU(s) are visible; use "
+                         f"{arg('devices_per_process', max(1, visible - first_index))} or fewer processes")
     return [torch.device("cuda", first_index + i) for i in range(count)]
+
+
+class MPPrepared(Prepared):
+    def predict(self, inputs):
+        with self.autocast():
+            return self.parted.forward(inputs).to(self.ctx.device)
+
+    def describe(self):
+        return {**super().describe(), "devices_per_process": len(self.plan), "part_devices": self.device_names,
+                "parts": self.plan, "part_parameters": self.part_params}
 
 
 class ModelParallelStrategy(Strategy):
     name = "mp"
     help = "model parallel on one machine: consecutive parts of the model on K devices, micro-batches"
+    Options = MPOptions
+    Prepared = MPPrepared
     multi_process = False
-    option_flags = {"devices_per_process": "--devices-per-process", "microbatches": "--microbatches",
-                    "split_points": "--split-points"}
-
-    def __init__(self, **options):
-        super().__init__(**options)
-        self.split_points = parse_split_points(self.options.get("split_points"))
-        self.microbatches = self.options.get("microbatches", 1)
 
     def part_count(self, local_processes: int = 1) -> Optional[int]:
-        """--devices-per-process, else (with no split points) the GPUs this process may use, or 2 on a CPU."""
-        wanted = self.options.get("devices_per_process")
-        if wanted is not None or self.split_points:
+        """devices_per_process, else (with no split points) the GPUs this process may use, or 2 on a CPU."""
+        wanted = self.options.devices_per_process
+        if wanted is not None or self.options.split_points:
             return wanted
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         return max(1, gpus // local_processes) if gpus else DEFAULT_CPU_PARTS
 
     def device_slot(self, local_rank, local_world_size):
-        # Process p owns cuda:p*K..p*K+K-1; its run.device is the first of them.
-        return local_rank * (self.part_count(local_world_size) or len(self.split_points or ()) + 1)
+        # Process p owns cuda:p*K..p*K+K-1; its device is the first of them.
+        return local_rank * (self.part_count(local_world_size) or len(self.options.split_points or ()) + 1)
 
     def check_plan(self, world_size, model, batch_size):
         if model is not None:
-            plan_split(model, self.part_count(world_size), self.split_points, f"--strategy {self.name}",
-                       "--devices-per-process")
-        if batch_size is not None and self.microbatches > batch_size:
-            raise UsageError(f"--microbatches {self.microbatches} is more than the batch of {batch_size}; "
-                             f"use --microbatches {batch_size} or fewer, or a larger --batch-size")
+            plan_split(model, self.part_count(world_size), self.options.split_points, f"strategy {self.name}",
+                       "devices_per_process")
+        m = self.options.microbatches
+        if batch_size is not None and m > batch_size:
+            raise UsageError(f"{arg('microbatches', m)} is more than the batch of {batch_size}; use "
+                             f"{arg('microbatches', batch_size)} or fewer, or a larger {arg('batch_size')}")
 
-    def parted(self, run, model: nn.Module) -> PartedModel:
-        plan = plan_split(model, self.part_count(run.local_world_size), self.split_points,
-                          f"--strategy {self.name}", "--devices-per-process")
+    def parted(self, ctx, model: nn.Module) -> tuple[PartedModel, list, list]:
+        plan = plan_split(model, self.part_count(ctx.local_world_size), self.options.split_points,
+                          f"strategy {self.name}", "devices_per_process")
         parts = split_model(model, plan)
-        devices = part_devices(len(parts), run.device.index or 0, run.device)
-        self.plan, self.part_params = plan, parameter_counts(parts)
-        self.device_names = [str(d) for d in devices]
-        run.print(f"scaletrain: {self.name}: {len(parts)} part(s) on {', '.join(self.device_names)}, "
-                  f"{self.microbatches} micro-batch(es); parts {describe_plan(plan, self.part_params)}")
-        return PartedModel(model, parts, devices, self.microbatches)
+        devices = part_devices(len(parts), ctx.device.index or 0, ctx.device)
+        return PartedModel(model, parts, devices, self.options.microbatches), plan, parameter_counts(parts)
 
-    def setup(self, run, model, optimizer):
-        return self.remember(self.parted(run, model), optimizer)
+    def wrap(self, ctx, parted: PartedModel) -> nn.Module:
+        """What setup hands back around the parted model (hybrid adds DDP)."""
+        return parted
 
-    def predict(self, run, model, inputs):
-        with self.autocast(run.device):
-            return self.parted_of(model)(inputs).to(run.device)
+    def setup(self, ctx, model, optimizer):
+        parted, plan, params = self.parted(ctx, model)
+        prepared = self.Prepared(self, ctx, self.wrap(ctx, parted), optimizer, module=model)
+        prepared.parted, prepared.plan, prepared.part_params = parted, plan, params
+        prepared.device_names = [str(d) for d in parted.devices]
+        prepared.banner = (f"scaletrain: {self.name}: {len(parted.parts)} part(s) on {', '.join(prepared.device_names)}, "
+                           f"{self.options.microbatches} micro-batch(es); parts {describe_plan(plan, params)}")
+        return prepared
 
-    def parted_of(self, model: nn.Module) -> PartedModel:
-        return model
-
-    def unwrap(self, model):
-        return self.parted_of(model).module
-
-    def describe(self, run):
-        return {**super().describe(run), "devices_per_process": len(self.plan), "part_devices": self.device_names,
-                "parts": self.plan, "part_parameters": self.part_params, "microbatches": self.microbatches}
+    def describe(self, ctx):
+        return {**super().describe(ctx), "microbatches": self.options.microbatches}

@@ -19,24 +19,25 @@ from typing import Optional, Sequence
 
 from torch import nn
 
-from ..errors import UsageError
+from ..errors import UsageError, arg
 
 
 def blocks_of(model: nn.Module, what: str) -> list[tuple[str, nn.Module]]:
     """The model's top-level blocks in execution order; UsageError when that order is unknown."""
     if not isinstance(model, nn.Sequential):
-        raise UsageError(f"{what} splits models that are torch.nn.Sequential (blocks run in order), but got "
-                         f"{type(model).__name__}; return an nn.Sequential of blocks from --model, or use --strategy ddp")
+        raise UsageError(f"{what} splits models that are torch.nn.Sequential (blocks that run one after another), "
+                         f"but got {type(model).__name__}, whose forward may do anything between its blocks; "
+                         f"give it an nn.Sequential of blocks, or use strategy ddp or fsdp, which take any model")
     return list(model.named_children())
 
 
-def parse_split_points(text: Optional[str | Sequence[str]]) -> Optional[list[str]]:
-    """'conv2,fc2' or ['conv2', 'fc2'] -> ['conv2', 'fc2']; None stays None."""
+def parse_split_points(text: Optional[str | Sequence[str]]) -> Optional[tuple[str, ...]]:
+    """'conv2,fc2' or ['conv2', 'fc2'] -> ('conv2', 'fc2'); None stays None."""
     if text is None:
         return None
-    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text)]
+    names = tuple(n.strip() for n in (text.split(",") if isinstance(text, str) else text))
     if not names or any(not n for n in names):
-        raise UsageError(f"--split-points {text!r}: expected block names separated by commas, e.g. conv2,fc1")
+        raise UsageError(f"{arg('split_points', text)}: expected block names separated by commas, e.g. conv2,fc1")
     return names
 
 
@@ -66,28 +67,28 @@ def balanced_cuts(weights: Sequence[int], parts: int) -> list[int]:
 
 
 def plan_split(model: nn.Module, parts: Optional[int], split_points: Optional[Sequence[str]],
-               what: str, parts_flag: str) -> list[list[str]]:
+               what: str, parts_option: str) -> list[list[str]]:
     """Block names of each part. `parts` None: as many as the split points make."""
     blocks = blocks_of(model, what)
     names = [name for name, _ in blocks]
     if split_points:
         unknown = [p for p in split_points if p not in names]
         if unknown:
-            raise UsageError(f"--split-points: no block named {', '.join(map(repr, unknown))}; "
+            raise UsageError(f"{arg('split_points')}: no block named {', '.join(map(repr, unknown))}; "
                              f"the model's blocks are {', '.join(names)}")
         starts = [names.index(p) for p in split_points]
         if 0 in starts or starts != sorted(set(starts)):
-            raise UsageError(f"--split-points {','.join(split_points)}: name blocks after the first ({names[0]}), "
+            raise UsageError(f"{arg('split_points', split_points)}: name blocks after the first ({names[0]}), "
                              f"each once, in model order ({', '.join(names)})")
         if parts is not None and parts != len(starts) + 1:
-            raise UsageError(f"--split-points makes {len(starts) + 1} parts but {parts_flag} is {parts}; "
-                             f"give {len(starts) + 1} or drop one of them")
+            raise UsageError(f"{arg('split_points')} makes {len(starts) + 1} parts but {arg(parts_option, parts)}; "
+                             f"give {arg(parts_option, len(starts) + 1)} or drop one of them")
         starts = [0, *starts]
     else:
         parts = parts or 1
         if parts > len(names):
-            raise UsageError(f"{parts_flag} {parts}: the model has only {len(names)} blocks "
-                             f"({', '.join(names)}) to split; use {parts_flag} {len(names)} or fewer")
+            raise UsageError(f"{arg(parts_option, parts)}: the model has only {len(names)} blocks "
+                             f"({', '.join(names)}) to split; use {arg(parts_option, len(names))} or fewer")
         # +1 per block: among equally heavy splits, prefer ones that spread parameter-free
         # blocks (activations, pooling) instead of piling them onto one part.
         weights = [sum(p.numel() for p in block.parameters()) + 1 for _, block in blocks]

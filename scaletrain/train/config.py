@@ -36,6 +36,8 @@ class TrainConfig:
     """Save a checkpoint every this many steps (and at the end); 0: never."""
     keep_checkpoints: int = 2
     """How many of the newest checkpoints to keep."""
+    checkpoint_layout: str = "auto"
+    """full (one file, written by rank 0), sharded (a file per rank), or auto: sharded for a large fsdp model."""
     resume: Optional[str] = None
     """None, "auto" (the newest checkpoint under the output folder, if any) or a checkpoint path."""
     timeout_seconds: Optional[float] = None

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from ..version import __version__
 from ..api import init
-from ..checkpoint.training import TrainerCheckpoints
 from ..startup import command_age
 from ..workloads import get_workload
+from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
 from .optimizer import adam
 from .report import Reporter
@@ -40,7 +40,7 @@ def train(config: TrainConfig, out: Path) -> dict:
                      f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
-                                         reporter.say)
+                                         reporter.say, config.checkpoint_layout)
         start = checkpoints.resume(model, optimizer, loader, epochs)
         train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
         for epoch in range(start["epoch"], epochs + 1):

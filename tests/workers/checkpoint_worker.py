@@ -23,7 +23,7 @@ from scaletrain.workloads.models import digits_mlp
 
 
 def full_state(model, optimizer):
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=True)
     return get_state_dict(model, (optimizer,), options=options)
 
 

@@ -7,21 +7,24 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from ..errors import UsageError
-from .checkpointer import Checkpointer
-from .layout import CHECKPOINTS_DIR
+from ..checkpoint import CHECKPOINTS_DIR, Checkpointer
+from ..errors import UsageError, arg
 
 if TYPE_CHECKING:
     from ..api import Run
 
 
 class TrainerCheckpoints:
-    """`every` steps (0: never) into <out>/checkpoints; `resume` is None, "auto" or a path."""
+    """Every `every` steps (0: never) into <out>/checkpoints; `resume` is None, "auto" or a
+    path. A checkpoint falls between optimizer steps: with gradient accumulation a save that
+    comes due in the middle of a cycle waits for its end, so nothing accumulated is lost."""
 
-    def __init__(self, run: "Run", out: Path, every: int, keep: int, resume: Optional[str], say):
+    def __init__(self, run: "Run", out: Path, every: int, keep: int, resume: Optional[str], say,
+                 layout: str = "auto"):
         self.run, self.every, self.resume_from, self.say = run, every, resume, say
-        self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep)
+        self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep, layout)
         self.last_saved = -1
+        self.due = False
         self.resumed: Optional[dict] = None
 
     def resume(self, model, optimizer, loader, epochs: int) -> dict:
@@ -44,28 +47,39 @@ class TrainerCheckpoints:
         start["epoch"] = position["epoch"] + 1
         if start["epoch"] > epochs:
             raise UsageError(f"{resumed['path']} is in epoch {start['epoch']} but this run trains {epochs} epoch(s); "
-                             f"use --epochs {start['epoch']} or more to continue it")
-        moved = (f", saved by {resumed['world_size']} process(es), now {self.run.world_size}"
-                 if resumed["world_size"] != self.run.world_size else "")
+                             f"use {arg('epochs', start['epoch'])} or more to continue it")
+        for note in resumed["notes"]:
+            self.say(f"scaletrain: note: {note}")
         self.say(f"scaletrain: resumed from {resumed['path']} at step {resumed['step']} "
-                 f"(epoch {start['epoch']}, {loader.position()['batches_done']} of {len(loader)} batches already done{moved})")
+                 f"(epoch {start['epoch']}, {loader.position()['batches_done']} of {len(loader)} batches already done)")
         return start
+
+    def at_boundary(self) -> bool:
+        return self.run.accumulation_position()[0] == 0
 
     def after_step(self, model, optimizer, loader, totals: dict) -> None:
         if self.every and self.run.steps_taken % self.every == 0:
+            self.due = True
+        if self.due and self.at_boundary():
             self.save(model, optimizer, loader, totals)
 
     def at_end(self, model, optimizer, loader, totals: dict) -> None:
         """The final state too, so a finished run can be continued or compared."""
-        if self.every and self.last_saved != self.run.steps_taken:
+        if not self.every or self.last_saved == self.run.steps_taken:
+            return
+        if self.at_boundary():
             self.save(model, optimizer, loader, totals)
+        else:
+            micro, accum = self.run.accumulation_position()
+            self.say(f"scaletrain: note: the last {micro} micro-step(s) did not complete an optimizer step "
+                     f"({arg('grad_accum', accum)}); the last checkpoint is step {self.last_saved}")
 
     def save(self, model, optimizer, loader, totals: dict) -> None:
         loss_sum = totals["loss_sum"]
         loss_mean = self.run.mean(loss_sum.detach().clone() if isinstance(loss_sum, torch.Tensor) else loss_sum)
         epoch_totals = {"loss_sum": float(loss_mean), "steps": int(totals["steps"]), "samples": int(totals["samples"])}
         self.store.save(self.run.steps_taken, model, optimizer, loader=loader, extra={"epoch_totals": epoch_totals})
-        self.last_saved = self.run.steps_taken
+        self.last_saved, self.due = self.run.steps_taken, False
 
     def summary(self) -> dict:
         facts = {"checkpoint_every": self.every}

@@ -1,0 +1,84 @@
+"""The sharded format: every rank writes its own share of the model and optimizer tensors
+with torch.distributed.checkpoint (DCP), so no rank ever holds the whole model, and DCP
+re-shards on load, so a checkpoint written by N processes loads into M.
+
+Only tensors go to DCP (one flat dict, `model.<name>` and `optimizer.<key>`); the
+optimizer's other settings (learning rates, betas: small numbers) travel with the rest of
+the state in `state.pt`, which the restricted unpickler reads. Replicated tensors (DDP's
+copies, a pipeline's replicas) are written once: DCP's planner de-duplicates them.
+
+The ranks must share the checkpoint folder (a shared filesystem across nodes); rank 0
+checks that every rank's file arrived before the checkpoint is published.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+
+from .safe_io import CheckpointError, SafeLoadPlanner, SafeReader, load_metadata
+
+
+def split_state(state: dict) -> tuple[dict, dict]:
+    """(the tensors, flat under `model.`/`optimizer.` keys; the optimizer's other values)."""
+    tensors = {f"model.{k}": v for k, v in state["model"].items()}
+    others = {}
+    for k, v in (state.get("optimizer") or {}).items():
+        if isinstance(v, torch.Tensor):
+            tensors[f"optimizer.{k}"] = v
+        else:
+            others[k] = v
+    return tensors, others
+
+
+def join_state(tensors: dict, others: dict, with_optimizer: bool) -> dict:
+    """The inverse of split_state."""
+    model = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    optimizer = {k[len("optimizer."):]: v for k, v in tensors.items() if k.startswith("optimizer.")}
+    optimizer.update(others)
+    return {"model": model, "optimizer": optimizer if with_optimizer else None}
+
+
+def save(tensors: dict, folder: Path) -> None:
+    """Collective: every rank writes its share into `folder`."""
+    try:
+        dcp.save(tensors, storage_writer=FileSystemWriter(folder, single_file_per_rank=True, sync_files=True))
+    except CheckpointException as exc:
+        raise OSError(_first_failure(exc)) from None
+
+
+def load(template: dict, folder: Path) -> None:
+    """Collective: fills `template` (this process's tensors, in their current layout) from
+    `folder`, reading only what this process holds. The caller has checked that the
+    checkpoint holds every key of `template` (stored_shapes), on every rank."""
+    try:
+        dcp.load(template, storage_reader=SafeReader(folder), planner=SafeLoadPlanner())
+    except CheckpointException as exc:
+        raise CheckpointError(f"cannot read the shards in {folder}: {_first_failure(exc)}") from None
+
+
+def shard_files(folder: Path, rank: int) -> list[str]:
+    """The files rank `rank` wrote (DCP names them __<rank>_<n>.distcp)."""
+    return sorted(p.name for p in folder.glob(f"__{rank}_*.distcp"))
+
+
+def stored_shapes(folder: Path) -> dict:
+    """The global shape of every tensor the checkpoint holds, from its metadata."""
+    metadata = load_metadata(folder / ".metadata")
+    return {k: tuple(v.size) for k, v in metadata.state_dict_metadata.items() if hasattr(v, "size")}
+
+
+def files_named_in_metadata(folder: Path) -> set[str]:
+    metadata = load_metadata(folder / ".metadata")
+    return {info.relative_path for info in (metadata.storage_data or {}).values()}
+
+
+def _first_failure(exc: CheckpointException) -> str:
+    failures = getattr(exc, "failures", {}) or {}
+    for rank, failure in sorted(failures.items()):
+        return f"rank {rank}: {failure}"
+    return str(exc).splitlines()[0][:300]

@@ -1,0 +1,44 @@
+"""Reading settings from text (a flag's value, a configuration file's entry): each reader
+returns the value or raises argparse.ArgumentTypeError with the reason, which argparse
+prints after the flag's name. No torch here: parsers must build fast."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    return whole_number(text, minimum=1)
+
+
+def non_negative_int(text: str) -> int:
+    return whole_number(text, minimum=0)
+
+
+def whole_number(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}" if minimum
+                                         else f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def name_list(text: str) -> tuple:
+    """'conv2, fc2' -> ('conv2', 'fc2')."""
+    names = tuple(n.strip() for n in str(text).split(","))
+    if not names or any(not n for n in names):
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, e.g. conv2,fc1; got {text!r}")
+    return names
