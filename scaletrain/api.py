@@ -357,7 +357,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
         seed_everything(seed)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    ctx = ProcessContext.of(env, dev, chosen_backend, n_threads)
+    ctx = ProcessContext(env, dev, chosen_backend, n_threads)
     run = Run(env, strat, ctx, owns_group=False, seed=seed or 0)
     run.cores = cores
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait

@@ -6,7 +6,7 @@ and must not depend on it (and a frozen value cannot be changed behind their bac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -16,20 +16,19 @@ from .environment import DistEnv
 
 @dataclass(frozen=True)
 class ProcessContext:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-    node_rank: int = 0
-    nnodes: int = 1
+    """Where this process stands (its DistEnv: ranks and sizes) and what it runs on."""
+
+    env: DistEnv = field(default_factory=DistEnv)
     device: torch.device = torch.device("cpu")
     backend: str = "gloo"
     threads: int = 1
 
-    @classmethod
-    def of(cls, env: DistEnv, device: torch.device, backend: str, threads: int) -> "ProcessContext":
-        return cls(env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank, env.nnodes,
-                   device, backend, threads)
+    rank = property(lambda self: self.env.rank)
+    world_size = property(lambda self: self.env.world_size)
+    local_rank = property(lambda self: self.env.local_rank)
+    local_world_size = property(lambda self: self.env.local_world_size)
+    node_rank = property(lambda self: self.env.node_rank)
+    nnodes = property(lambda self: self.env.nnodes)
 
     @property
     def is_main(self) -> bool:

@@ -28,9 +28,9 @@ IMPOSSIBLE = [
     (["--strategy", "mp", "--microbatches", "64"], "more than the batch of 32"),
     (["--strategy", "mp", "--nproc-per-node", "2"], "runs one process"),
     (["--strategy", "dp", "--devices-per-process", "2", "--device", "cpu"], "no GPU"),
-    (["--strategy", "ddp", "--nproc-per-node", "2", "--microbatches", "2"], "--microbatches does not apply"),
+    (["--strategy", "ddp", "--nproc-per-node", "2", "--microbatches", "2"], "--microbatches 2 does not apply"),
     (["--strategy", "fsdp", "--nproc-per-node", "2", "--pipeline-stages", "2"], "does not apply to --strategy fsdp"),
-    (["--strategy", "single", "--schedule", "gpipe"], "--schedule does not apply"),
+    (["--strategy", "single", "--schedule", "gpipe"], "--schedule gpipe does not apply"),
 ]
 
 
@@ -52,7 +52,7 @@ def test_the_command_exits_2_with_one_line(tmp_path):
 
 
 def test_library_errors_name_the_library_arguments():
-    with pytest.raises(UsageError, match="microbatches does not apply to strategy='ddp'"):
+    with pytest.raises(UsageError, match="microbatches=2 does not apply to strategy='ddp'"):
         get_strategy("ddp", microbatches=2)
     with pytest.raises(UsageError, match="precision='fp16': choose one of fp32, bf16"):
         get_strategy("ddp", precision="fp16")

@@ -42,7 +42,9 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
         f = uses[0][1]
         meta = f.metadata
         kwargs = {"dest": name, "default": argparse.SUPPRESS, "help": _help(uses)}
-        if meta.get("choices"):
+        if f.default is False:  # a switch: the flag alone turns it on
+            kwargs["action"] = "store_true"
+        elif meta.get("choices"):
             kwargs["choices"] = list(meta["choices"])
         elif meta.get("parse"):
             kwargs["type"] = meta["parse"]

@@ -22,11 +22,10 @@ class DDPOptions(CommonOptions):
     bucket_cap_mb: Optional[float] = option(None, "size of DDP's gradient buckets in MB (torch's 25 when left out)",
                                             metavar="MB", parse=positive_float)
     static_graph: bool = option(
-        False, "True when every step uses the same parameters in the same order; off by default because torch's "
-               "DDP then fails in no_sync() before the first synchronised step, which accumulation does",
-        command_line=False)
+        False, "every step uses the same parameters in the same order (DDP then plans its buckets once); off by default because torch's "
+               "DDP then fails in no_sync() before the first synchronised step, which accumulation does")
     powersgd_rank: int = option(2, "the rank of PowerSGD's low-rank approximation", parse=positive_int,
-                                command_line=False)
+                                metavar="R")
 
     def __post_init__(self) -> None:
         super().__post_init__()
