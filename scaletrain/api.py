@@ -21,7 +21,7 @@ import random
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from .environment import DistEnv, detect
 from .devices import choose_device, pin_cores, threads_per_process
 from .fault.start import backstop_timeout, start_watchdog
 from .strategies import Strategy, get_strategy
+from .track import Trackers, TrackerSpec, check_trackers, open_trackers
 
 
 def seed_everything(seed: int) -> None:
@@ -64,6 +65,7 @@ class Run:
         self.steps_taken = 0  # train_step calls so far (restored by load_checkpoint)
         self._watchdog = None  # hang detection, when there are peers to wait for
         self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
+        self.trackers = Trackers([])  # init(trackers=...): rank 0's experiment trackers
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.env.rank)
@@ -227,6 +229,17 @@ class Run:
         return Checkpointer(self, Path(source)).load(Path(source), model, optimizer, scheduler=scheduler,
                                                      loader=loader)
 
+    # -- experiment trackers ------------------------------------------------------------
+    def log(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None:
+        """Scalars ({"train/loss": 0.31, ...}; numbers or one-element tensors) to the trackers
+        given to init, at `step` (default: train_step calls so far). Rank 0 records; on other
+        ranks it does nothing, so reduce first (`run.mean(loss)`) for a value of all ranks."""
+        self.trackers.log(metrics, self.steps_taken if step is None else step)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """The run's settings, once (rank 0 records)."""
+        self.trackers.log_config(config)
+
     def print(self, *args, **kwargs) -> None:
         """print() on rank 0 only, so N processes do not print N copies."""
         if self.is_main:
@@ -248,6 +261,7 @@ class Run:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.trackers.finish()  # flushed and closed even when the loop did not finish them
             if self._watchdog is not None:
                 self._watchdog.stop()
             # Gloo's worker threads free a finished collective's tensors and need the GIL to
@@ -271,15 +285,19 @@ class Run:
 
 def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[timedelta] = None,
-         environ: Optional[Mapping[str, str]] = None, pin: bool = True, **strategy_options: Any) -> Run:
+         environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
+         tracker_dir: Optional[str | Path] = None, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
     `scaletrain launch` it joins the job. `seed` is applied on every rank (None: leave the
     random state alone). `pin`: bind each of a node's processes to its own cores (see
-    `devices.pin_cores`); False leaves the affinity to the operating system."""
+    `devices.pin_cores`); False leaves the affinity to the operating system. `trackers`: names
+    ("tensorboard", "wandb", "mlflow", "csv") or tracker objects, opened on rank 0 and writing
+    under `tracker_dir` (default: a new folder under runs/); see `run.log`."""
     env = detect(os.environ if environ is None else environ)
     strat = get_strategy(strategy, **strategy_options)
+    check_trackers(trackers)  # a missing package is found before any process waits for this one
     dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
     chosen_backend = choose_backend(backend, dev.type)
     n_threads = threads_per_process(env.local_world_size, threads)
@@ -297,4 +315,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev,
                                                        backstop_timeout(timeout or process_group.DEFAULT_TIMEOUT))
     run._watchdog = start_watchdog(env, timeout or process_group.DEFAULT_TIMEOUT)
+    if trackers:
+        where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+        run.trackers = open_trackers(trackers, where, active=run.is_main)
     return run

@@ -30,3 +30,10 @@ MAX_RESTARTS = 0
 
 #: The self-test of `scaletrain doctor` gives up after this many seconds.
 SELF_TEST_TIMEOUT_S = 60.0
+
+#: A training record (a plain line when stdout is not a terminal, a metrics.jsonl line, the
+#: trackers' scalars) every this many steps (`--log-every-steps`) ...
+LOG_EVERY_STEPS = 10
+
+#: ... or every this many seconds, whichever comes first (`--log-every-seconds`).
+LOG_EVERY_SECONDS = 60.0
