@@ -168,7 +168,7 @@ def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict
                                 args.dry_run, prepare if number == 0 else None)
 
         status = run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))
-    if args.sbatch and status == 0:  # the batch job's ranks read it when the job runs
+    if args.sbatch and not args.dry_run and status == 0:  # the batch job's ranks read it when the job runs
         config_file.write(create_out(out) / CONFIG_FILE, recorded)
     return status
 
@@ -176,18 +176,28 @@ def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict
 @contextlib.contextmanager
 def config_for_ranks(args: argparse.Namespace, out: Path, recorded: dict):
     """(the file the ranks read, a function that writes it once every check has passed).
-    Node 0: the run's own OUT/config.yaml. Another node of a multi-node run: a private copy
-    on this node (its OUT may be node 0's folder on a shared filesystem, or not exist here)."""
-    if not args.node_rank:
-        path = out / CONFIG_FILE
-        yield path, lambda: config_file.write(create_out(out) / CONFIG_FILE, recorded)
+
+    One command starting every rank (spawn, mpirun, srun, torchrun on one node, or node 0 of
+    torchrun with --node-rank): the run's own OUT/config.yaml. One command per node, on a
+    node that is not node 0 or may not be (--node-rank N, or --rdzv-endpoint, where the
+    nodes number themselves): a private copy on this node, since OUT may be node 0's folder
+    on a shared filesystem; rank 0 writes OUT/config.yaml then."""
+    owns_out = not args.node_rank  # node 0's command creates the output folder
+    if not (args.node_rank or args.rdzv_endpoint):
+        yield out / CONFIG_FILE, lambda: config_file.write(create_out(out) / CONFIG_FILE, recorded)
         return
     if args.dry_run:
-        yield Path(tempfile.gettempdir()) / f"scaletrain-node-{args.node_rank}-XXXX" / CONFIG_FILE, None
+        yield Path(tempfile.gettempdir()) / "scaletrain-node-XXXX" / CONFIG_FILE, None
         return
-    folder = Path(tempfile.mkdtemp(prefix=f"scaletrain-node-{args.node_rank}-"))
+    folder = Path(tempfile.mkdtemp(prefix="scaletrain-node-"))
+
+    def prepare() -> None:
+        if owns_out:
+            create_out(out)
+        config_file.write(folder / CONFIG_FILE, recorded)
+
     try:
-        yield folder / CONFIG_FILE, lambda: config_file.write(folder / CONFIG_FILE, recorded)
+        yield folder / CONFIG_FILE, prepare
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -205,7 +215,8 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
     resolve_workload_defaults(config, args)
     own_record = out / CONFIG_FILE
     if env.rank == 0 and not (args.config and Path(args.config).absolute() == own_record.absolute()):
-        # Started by torchrun, mpirun or srun directly: the run's record is written here.
+        # Started by torchrun, mpirun or srun directly, or reading a node's private copy:
+        # the run's own record is written here.
         out.mkdir(parents=True, exist_ok=True)
         config_file.write(own_record, record(args, nproc_per_node=env.local_world_size, nnodes=env.nnodes))
     train(config, out)
