@@ -208,3 +208,10 @@ def test_resume_records_no_step_or_epoch_twice(tmp_path):
     assert epochs[0] == first[0] and [r["epoch"] for r in epochs] == [1, 2]
     assert epochs[1]["resumed_at_step"] == 45
     assert steps == list(range(10, 91, 10))
+
+
+def test_report_refuses_a_folder_that_is_not_a_run(tmp_path):
+    result = scaletrain("report", str(tmp_path), "--out", str(tmp_path / "report"), timeout=60)
+    assert result.returncode == 2 and not (tmp_path / "report").exists()
+    assert result.stderr.strip() == (f"scaletrain: error: {tmp_path} holds no metrics.jsonl: not a `scaletrain "
+                                     "train` run folder (or it has not finished an epoch or a step record yet)")

@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     for row in table.rows(runs):
         shown.add_row(*row)
     console = Console(highlight=False)
+    if not console.is_terminal:  # a log file: the whole table on one line per run, not squeezed to 80
+        console.width = 160
     console.print(shown)
     console.print(f"wrote {', '.join(str(p) for p in written)} and {out / 'comparison.md'}", soft_wrap=True)
     return 0
