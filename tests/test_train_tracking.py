@@ -197,7 +197,7 @@ def test_resume_records_no_step_or_epoch_twice(tmp_path):
     batches done): that epoch keeps its one record, and the steps their one record each."""
     out = tmp_path / "run"
     flags = ["--workload", "digits-mlp", "--nproc-per-node", "1", "--checkpoint-every", "1000", "--out", str(out),
-             "--log-every-steps", "10"]
+             "--log-every-steps", "10", "--tracker", "tensorboard", "--tracker", "csv"]
     assert scaletrain("train", "--epochs", "1", *flags, timeout=120).returncode == 0
     first = _records(out, "epoch")
     (out / "summary.json").unlink()  # as if killed after its last checkpoint, before the summary
@@ -208,6 +208,14 @@ def test_resume_records_no_step_or_epoch_twice(tmp_path):
     assert epochs[0] == first[0] and [r["epoch"] for r in epochs] == [1, 2]
     assert epochs[1]["resumed_at_step"] == 45
     assert steps == list(range(10, 91, 10))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == steps  # the steps after the checkpoint once
+    assert [e.step for e in events.Scalars("eval/accuracy")] == [45, 90]
+    rows = [row.split(",")[:2] for row in (out / "csv" / "metrics.csv").read_text().splitlines()[1:]]
+    assert [int(step) for step, name in rows if name == "train/loss"] == steps
 
 
 def test_report_refuses_a_folder_that_is_not_a_run(tmp_path):

@@ -109,6 +109,12 @@ class Trackers:
         for tracker in self.trackers:
             tracker.log(scalars, int(step))
 
+    def resumed(self, step: int) -> None:
+        """The run continues from a checkpoint at `step`, in the folder of its earlier records."""
+        for tracker in self.trackers:
+            if hasattr(tracker, "resumed"):
+                tracker.resumed(step)
+
     def finish(self, summary: Optional[Mapping[str, Any]] = None) -> None:
         """Once; later calls do nothing (Run.close finishes whatever the loop did not)."""
         if self._finished:

@@ -22,6 +22,9 @@ class Tracker(Protocol):
     def finish(self, summary: Optional[Mapping[str, Any]] = None) -> None:
         """The run's summary, if any; then flush and close."""
 
+# A tracker may also have `resumed(step)`: the run went back to a checkpoint at `step` and
+# will log the steps after it again (TensorBoard and CSV then drop what they hold of them).
+
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} -> {"a.b": 1}: tools that take flat key/value pairs (MLflow's params, CSV)."""

@@ -32,6 +32,18 @@ class CsvTracker:
     def log_config(self, config: Mapping[str, Any]) -> None:
         _write_pairs(self.directory / "config.csv", flatten(config))
 
+    def resumed(self, step: int) -> None:
+        """Rows of the steps after `step` go: they are about to be logged again."""
+        self._file.close()
+        path = self.directory / "metrics.csv"
+        with open(path, newline="") as fh:
+            rows = list(csv.reader(fh))
+        kept = rows[:1] + [row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) <= step]
+        with open(path, "w", newline="") as fh:
+            csv.writer(fh).writerows(kept)
+        self._file = open(path, "a", newline="", buffering=1)
+        self._rows = csv.writer(self._file)
+
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         now = round(time.time(), 3)
         for name, value in metrics.items():

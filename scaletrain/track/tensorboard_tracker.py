@@ -15,8 +15,16 @@ class TensorBoardTracker:
     def __init__(self, directory: Path, run_name: str):
         from torch.utils.tensorboard import SummaryWriter
 
+        self._writer_class = SummaryWriter
         self.writer = SummaryWriter(log_dir=str(Path(directory) / "tensorboard"))
         self._last_step = 0
+
+    def resumed(self, step: int) -> None:
+        """A new event file whose first event tells TensorBoard's readers to forget the
+        earlier files' events after `step` (they are about to be written again)."""
+        log_dir = self.writer.log_dir
+        self.writer.close()
+        self.writer = self._writer_class(log_dir=log_dir, purge_step=step + 1)
 
     @property
     def where(self) -> str:

@@ -47,7 +47,8 @@ def train(config: TrainConfig, out: Path) -> dict:
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
                                          reporter.say)
         start = checkpoints.resume(model, optimizer, loader, epochs)
-        reporter.start_at(run.steps_taken, start["epoch"])  # metrics.jsonl never holds a step or epoch twice
+        if reporter.start_at(run.steps_taken, start["epoch"]):  # metrics.jsonl never holds a step or epoch twice
+            run.trackers.resumed(run.steps_taken)
 
         def wall() -> float:  # the run's time so far, across resumes
             return reporter.wall_offset + time.perf_counter() - started

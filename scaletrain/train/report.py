@@ -48,18 +48,20 @@ class Reporter:
             self.console.print(text, soft_wrap=True)
             self.console.file.flush()  # a log file sees it now, not when the buffer fills
 
-    def start_at(self, step: int, epoch: int) -> None:
+    def start_at(self, step: int, epoch: int) -> bool:
         """The run continues after `step`, in `epoch` (1-based): the records of what is about
         to be done again are dropped. An epoch whose last step is `step` keeps its record (its
-        checkpoint was taken before its evaluation), and is not recorded again."""
+        checkpoint was taken before its evaluation), and is not recorded again. True when the
+        folder held records of an earlier attempt (the trackers then drop theirs too)."""
         path = self.out / METRICS_FILE
         if not self.is_main or not path.exists():
-            return
+            return False
         kept = [r for r in read_records(path) if _before(r, step, epoch)]
         write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         self.wall_offset = max((r.get("wall_seconds") or 0.0 for r in kept), default=0.0)
         self._recorded_epochs = {r.get("epoch") for r in kept if r.get("kind") != "step"}
         self._resumed_at = step if step else None
+        return True
 
     @contextlib.contextmanager
     def progress(self, total: int, label: str):
