@@ -198,7 +198,8 @@ def links_unavailable() -> str | None:
 def trainer_result(out: Path, wall: float) -> dict:
     """The trainer's own record: epochs after the first from metrics.jsonl, start-up from
     summary.json (measured by the trainer from the start of the command's process)."""
-    epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in records if r.get("kind", "epoch") == "epoch"]
     summary = json.loads((out / "summary.json").read_text())
     timed = epochs[1:] or epochs
     seconds = sum(e["epoch_seconds"] for e in timed)

@@ -21,7 +21,7 @@ import random
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ from .errors import UsageError, arg
 from .fault.start import backstop_timeout, start_watchdog
 from .strategies import Prepared, Strategy, get_strategy
 from .strategies.model_state import ModuleState
+from .track import Trackers, TrackerSpec, check_trackers, open_trackers
 
 
 def seed_everything(seed: int) -> None:
@@ -67,6 +68,7 @@ class Run:
         self.steps_taken = 0  # train_step calls so far (restored by load_checkpoint)
         self._watchdog = None  # hang detection, when there are peers to wait for
         self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
+        self.trackers = Trackers([])  # init(trackers=...): rank 0's experiment trackers
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -272,6 +274,17 @@ class Run:
         return {"strategy": self.strategy.name, "world_size": self.world_size,
                 "data_parallel_size": self.data_parallel_size, "grad_accum": self.strategy.grad_accum}
 
+    # -- experiment trackers ------------------------------------------------------------
+    def log(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None:
+        """Scalars ({"train/loss": 0.31, ...}; numbers or one-element tensors) to the trackers
+        given to init, at `step` (default: train_step calls so far). Rank 0 records; on other
+        ranks it does nothing, so reduce first (`run.mean(loss)`) for a value of all ranks."""
+        self.trackers.log(metrics, self.steps_taken if step is None else step)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """The run's settings, once (rank 0 records)."""
+        self.trackers.log_config(config)
+
     def print(self, *args, **kwargs) -> None:
         """print() on rank 0 only, so N processes do not print N copies."""
         if self.is_main:
@@ -296,6 +309,7 @@ class Run:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.trackers.finish()  # flushed and closed even when the loop did not finish them
             if self._watchdog is not None:
                 self._watchdog.stop()
             # Gloo's worker threads free a finished collective's tensors and need the GIL to
@@ -334,7 +348,8 @@ def _timeout(value: Optional[float | timedelta]) -> timedelta:
 
 def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
-         environ: Optional[Mapping[str, str]] = None, pin: bool = True, **strategy_options: Any) -> Run:
+         environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
+         tracker_dir: Optional[str | Path] = None, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
@@ -342,10 +357,13 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     random state alone). `timeout`: seconds (or a timedelta) a rank waits for its peers
     before naming the missing ones and exiting (default defaults.HANG_TIMEOUT_S). `pin`:
     bind each of a node's processes to its own cores (see `devices.pin_cores`); False
-    leaves the affinity to the operating system."""
+    leaves the affinity to the operating system. `trackers`: names ("tensorboard", "wandb",
+    "mlflow", "csv") or tracker objects, opened on rank 0 and writing under `tracker_dir`
+    (default: a new folder under runs/); see `run.log`."""
     env = detect(os.environ if environ is None else environ)
     strat = get_strategy(strategy, **strategy_options)
     wait = _timeout(timeout)
+    check_trackers(trackers)  # a missing package is found before any process waits for this one
     dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
     chosen_backend = choose_backend(backend, dev.type)
     n_threads = threads_per_process(env.local_world_size, threads)
@@ -363,4 +381,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
     run._watchdog = start_watchdog(env, wait)
+    if trackers:
+        where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+        run.trackers = open_trackers(trackers, where, active=run.is_main)
     return run

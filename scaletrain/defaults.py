@@ -35,3 +35,10 @@ SELF_TEST_TIMEOUT_S = 60.0
 #: from this size of model and optimizer state on (bytes); smaller ones as one whole file,
 #: which any strategy on any number of processes reads without a shared folder.
 SHARDED_CHECKPOINT_MIN_BYTES = 2**30
+
+#: A training record (a plain line when stdout is not a terminal, a metrics.jsonl line, the
+#: trackers' scalars) every this many steps (`--log-every-steps`) ...
+LOG_EVERY_STEPS = 10
+
+#: ... or every this many seconds, whichever comes first (`--log-every-seconds`).
+LOG_EVERY_SECONDS = 60.0

@@ -4,6 +4,7 @@ scaletrain's spawn launcher or torchrun's agent does the restarting."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -38,6 +39,14 @@ def kill_one_worker_after_first_checkpoint(job: Background, out, workers) -> Non
     os.kill(victim, signal.SIGKILL)
 
 
+def assert_each_step_and_epoch_recorded_once(out) -> None:
+    """The restarted group went back to a checkpoint: what it did again is recorded once."""
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if r["kind"] == "step"]
+    assert steps == list(range(10, TOTAL_STEPS + 1, 10))
+    assert [r["epoch"] for r in records if r["kind"] == "epoch"] == [1, 2]
+
+
 def resumed_step(stdout: str) -> int:
     resumed = re.search(r"resumed from \S+step-(\d+) at step (\d+)", stdout)
     assert resumed, stdout
@@ -56,6 +65,7 @@ def test_spawn_restarts_after_sigkill_and_matches_uninterrupted_run(tmp_path, re
     assert "restart 1 of 1" in stderr
     resumed_step(stdout)
     assert_same_tensors(final_model(out), reference)
+    assert_each_step_and_epoch_recorded_once(out)
 
 
 def torchrun_workers(pid: int) -> list[int]:
@@ -74,3 +84,4 @@ def test_torchrun_agent_restarts_after_sigkill_and_matches_uninterrupted_run(tmp
     assert status == 0, f"{stdout}\n{stderr}"
     resumed_step(stdout)
     assert_same_tensors(final_model(out), reference)
+    assert_each_step_and_epoch_recorded_once(out)

@@ -7,10 +7,10 @@ import sys
 from typing import Optional
 
 from ..errors import UsageError
-from . import bench_cmd, comm_cmd, doctor_cmd, env_cmd, launch_cmd, plan_cmd, train_cmd
+from . import bench_cmd, comm_cmd, doctor_cmd, env_cmd, launch_cmd, plan_cmd, report_cmd, train_cmd
 from .parsing import OneLineParser, fail, flag_names
 
-COMMANDS = (train_cmd, launch_cmd, env_cmd, doctor_cmd, bench_cmd, comm_cmd, plan_cmd)
+COMMANDS = (train_cmd, launch_cmd, env_cmd, doctor_cmd, bench_cmd, comm_cmd, plan_cmd, report_cmd)
 
 
 def build_parser() -> OneLineParser:

@@ -25,6 +25,9 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+duration.to_text = format_duration  # how a configuration file writes it, so that it reads back
+
+
 def resume_source(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("expected auto or a checkpoint path, got an empty value")

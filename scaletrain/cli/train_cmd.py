@@ -1,35 +1,47 @@
 """`scaletrain train`: train a workload with a strategy on one or many processes.
 
-Not launched by anything: validate everything, create the output folder, then start the
-processes (spawn). Started by a launcher (torchrun, mpirun, srun, spawn): be one rank.
+Not launched by anything: validate everything, create the output folder, write the run's
+configuration there (config.yaml), then start the processes, which read it back. Started by
+a launcher (torchrun, mpirun, srun, spawn): be one rank.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from ..backends import choose_backend
 from ..devices import choose_device, cpu_cores
 from ..environment import detect
 from ..strategies import REGISTRY, get_strategy, strategy_names
+from ..track import check_trackers
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
-from .launch_options import add_launch_arguments, launch_request, launch_requested, plan_and_run, strip_launch_args
+from . import config_file
+from .config_file import CONFIG_FILE
+from .launch_options import add_launch_arguments, launch_request, launch_requested, plan_and_run
 from .fault_options import (add_fault_arguments, check_fault_flags, check_resume, describe_resume, fault_config,
                             out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out
-from .parsing import positive_float, positive_int
+from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, strategy_options_from_args
 from .perf_options import add_perf_arguments, apply_perf_options
+from .track_options import add_track_arguments, track_config
 
 NAME = "train"
 HELP = "train a model (the built-in digits CNN by default) with a strategy on N processes"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help=f"take the settings from a YAML or TOML file whose keys are these flags' long names with _ "
+                        f"for - (batch_size: 64); flags given here override it. Every run writes its own as "
+                        f"OUT/{CONFIG_FILE}: --config runs/X/{CONFIG_FILE} repeats run X")
     p.add_argument("--strategy", default="ddp", choices=strategy_names(), metavar="NAME",
                    help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}")
     p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
@@ -51,6 +63,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fault_arguments(p)
     add_strategy_arguments(p)
     add_perf_arguments(p)
+    add_track_arguments(p)
+
+
+def build_parser() -> OneLineParser:
+    """`scaletrain train`'s own parser: its flags, and the schema of its configuration files."""
+    p = OneLineParser(prog=f"scaletrain {NAME}", description=HELP)
+    add_arguments(p)
+    return p
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -58,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                          epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                          lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
                          device=None if args.device == "auto" else args.device, threads=args.threads,
-                         strategy_options=strategy_options_from_args(args), **fault_config(args))
+                         strategy_options=strategy_options_from_args(args), **fault_config(args),
+                         **track_config(args))
     return apply_perf_options(args, config)
 
 
@@ -77,6 +98,7 @@ def validate(config: TrainConfig, nproc: int):
     strategy.check_world_size(nproc)
     device = choose_device(config.device, 0)
     choose_backend(config.backend, device.type)
+    check_trackers(config.trackers)
     workload = get_workload(config.workload, config.model, config.dataset)
     model = workload.build_model()
     strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
@@ -91,22 +113,40 @@ def resume_facts(config: TrainConfig, strategy, world_size: int) -> dict:
             "strategy": strategy.name}
 
 
+def resolve_workload_defaults(config: TrainConfig, args: argparse.Namespace) -> None:
+    """Epochs and learning rate left to the workload become explicit, in both (so the
+    recorded configuration says what ran)."""
+    workload = get_workload(config.workload, config.model, config.dataset)
+    config.epochs = args.epochs = config.epochs or workload.epochs
+    config.lr = args.lr = config.lr if config.lr is not None else workload.lr
+
+
+def record(args: argparse.Namespace, **resolved) -> dict:
+    """The run's configuration as config.yaml holds it: every flag's value, `resolved` ones
+    (what the defaults came to) included."""
+    return config_file.record(argparse.Namespace(**{**vars(args), **resolved}), build_parser())
+
+
+def recorded_nproc(args: argparse.Namespace, nproc: int):
+    """The processes per node to record: the number used where scaletrain chose it; left as
+    given where the hosts' slots or the Slurm allocation decide (they decide again on a repeat)."""
+    decided_elsewhere = args.hostfile or args.hosts or args.launcher == "srun" or os.environ.get("SLURM_JOB_ID")
+    return args.nproc_per_node if decided_elsewhere else (args.nproc_per_node or nproc)
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..launch.plan import Target
-    from ..launch.restart import run_with_restarts
     from ..train.loop import train
 
+    if args.config:
+        argv = args.argv[args.argv.index(NAME) + 1:] if NAME in args.argv else []
+        args = config_file.apply(args, build_parser, argv)
     env = detect(os.environ)
     config = config_from_args(args)
     if env.launched:  # we are one rank of a job someone else started
-        if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
-            print(f"scaletrain: note: --nproc-per-node {args.nproc_per_node} ignored: the {env.launcher} launcher "
-                  f"started {env.local_world_size} process(es) on this node", file=sys.stderr)
-        check_fault_flags(args, env, args.out)
-        train(config, args.out or default_out(config.strategy, env.world_size))
-        return 0
+        return run_rank(args, env, config)
     nproc = args.nproc_per_node or default_nproc(config.strategy)
     strategy, model = validate(config, nproc)
+    resolve_workload_defaults(config, args)
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()
     for note in check_resume(args, out, model, resume_facts(config, strategy, nproc * (args.nnodes or 1))):
@@ -115,16 +155,80 @@ def run(args: argparse.Namespace) -> int:
     # --resume auto continues the run already in it.
     if not args.node_rank and not out_may_hold_files(args, out):
         check_out(out)
+    recorded = record(args, nproc_per_node=recorded_nproc(args, nproc))
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
         create_out(out)
+        config_file.write(out / CONFIG_FILE, recorded)
         train(config, out)
         return 0
-    train_argv = ["train", *strip_launch_args(args.argv[1:], also=("--out",)), "--out", str(out)]
-    prepare = (lambda: create_out(out)) if not args.node_rank else None
+    return launch_ranks(args, out, nproc, recorded)
 
-    def attempt(number: int) -> int:
-        argv = restart_argv(train_argv, out) if number else train_argv
-        return plan_and_run(launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc),
-                            args.dry_run, prepare if number == 0 else None)
 
-    return run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))
+def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict) -> int:
+    """Starts the ranks (and restarts them, with --max-restarts); they read the configuration
+    from the file written here, never from this command line."""
+    from ..launch.plan import Target
+    from ..launch.restart import run_with_restarts
+
+    with config_for_ranks(args, out, recorded) as (config_path, prepare):
+        train_argv = ["train", "--config", str(config_path), "--out", str(out)]
+
+        def attempt(number: int) -> int:
+            argv = restart_argv(train_argv, out) if number else train_argv
+            return plan_and_run(launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc),
+                                args.dry_run, prepare if number == 0 else None)
+
+        status = run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))
+    if args.sbatch and not args.dry_run and status == 0:  # the batch job's ranks read it when the job runs
+        config_file.write(create_out(out) / CONFIG_FILE, recorded)
+    return status
+
+
+@contextlib.contextmanager
+def config_for_ranks(args: argparse.Namespace, out: Path, recorded: dict):
+    """(the file the ranks read, a function that writes it once every check has passed).
+
+    One command starting every rank (spawn, mpirun, srun, torchrun on one node, or node 0 of
+    torchrun with --node-rank): the run's own OUT/config.yaml. One command per node, on a
+    node that is not node 0 or may not be (--node-rank N, or --rdzv-endpoint, where the
+    nodes number themselves): a private copy on this node, since OUT may be node 0's folder
+    on a shared filesystem; rank 0 writes OUT/config.yaml then."""
+    owns_out = not args.node_rank  # node 0's command creates the output folder
+    if not (args.node_rank or args.rdzv_endpoint):
+        yield out / CONFIG_FILE, lambda: config_file.write(create_out(out) / CONFIG_FILE, recorded)
+        return
+    if args.dry_run:
+        yield Path(tempfile.gettempdir()) / "scaletrain-node-XXXX" / CONFIG_FILE, None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="scaletrain-node-"))
+
+    def prepare() -> None:
+        if owns_out:
+            create_out(out)
+        config_file.write(folder / CONFIG_FILE, recorded)
+
+    try:
+        yield folder / CONFIG_FILE, prepare
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
+    """One rank of a job started by a launcher: by `scaletrain train` itself (the settings
+    come from the run's config.yaml) or directly by torchrun, mpirun or srun."""
+    from ..train.loop import train
+
+    if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
+        print(f"scaletrain: note: --nproc-per-node {args.nproc_per_node} ignored: the {env.launcher} launcher "
+              f"started {env.local_world_size} process(es) on this node", file=sys.stderr)
+    check_fault_flags(args, env, args.out)
+    out = Path(args.out or default_out(config.strategy, env.world_size))
+    resolve_workload_defaults(config, args)
+    own_record = out / CONFIG_FILE
+    if env.rank == 0 and not (args.config and Path(args.config).absolute() == own_record.absolute()):
+        # Started by torchrun, mpirun or srun directly, or reading a node's private copy:
+        # the run's own record is written here.
+        out.mkdir(parents=True, exist_ok=True)
+        config_file.write(own_record, record(args, nproc_per_node=env.local_world_size, nnodes=env.nnodes))
+    train(config, out)
+    return 0

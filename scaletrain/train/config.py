@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from ..defaults import LOG_EVERY_SECONDS, LOG_EVERY_STEPS
+
 
 @dataclass
 class TrainConfig:
@@ -46,6 +48,12 @@ class TrainConfig:
     """Bind each process of a node to its own cores (see `scaletrain.devices.pin_cores`)."""
     strategy_options: dict = field(default_factory=dict)
     """Options particular to the strategy."""
+    trackers: list = field(default_factory=list)
+    """Experiment trackers on rank 0: tensorboard, wandb, mlflow, csv (see `scaletrain.track`)."""
+    log_every_steps: int = LOG_EVERY_STEPS
+    """A training record (line, metrics.jsonl, trackers) every this many steps ..."""
+    log_every_seconds: float = LOG_EVERY_SECONDS
+    """... or every this many seconds, whichever comes first."""
 
     def as_dict(self) -> dict:
         return asdict(self)

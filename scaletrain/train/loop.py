@@ -18,6 +18,7 @@ from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
 from .optimizer import adam
 from .report import Reporter
+from .steps import StepRecorder
 
 
 def train(config: TrainConfig, out: Path) -> dict:
@@ -28,24 +29,37 @@ def train(config: TrainConfig, out: Path) -> dict:
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
-              pin=config.pin_cores, **config.strategy_options) as run:
+              pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         model = workload.build_model()
         optimizer = adam(model.parameters(), lr=lr)
         model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
-        reporter = Reporter(run.is_main, out)
+        reporter = Reporter(run.is_main, out, run.trackers)
         global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
                      f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
+        if run.trackers:
+            reporter.say(f"scaletrain: tracking with {run.trackers.describe()}")
+        run.log_config({**config.as_dict(), "epochs": epochs, "lr": lr, "world_size": run.world_size,
+                        "global_batch_size": global_batch, "workload_name": workload.name})
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
                                          reporter.say, config.checkpoint_layout)
         start = checkpoints.resume(model, optimizer, loader, epochs)
+        if reporter.start_at(run.steps_taken, start["epoch"]):  # metrics.jsonl never holds a step or epoch twice
+            run.trackers.resumed(run.steps_taken)
+
+        def wall() -> float:  # the run's time so far, across resumes
+            return reporter.wall_offset + time.perf_counter() - started
+
+        recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, epochs * len(loader),
+                                run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
         train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
         for epoch in range(start["epoch"], epochs + 1):
             loss_sum = torch.full((), start["loss_sum"], device=run.device)
             steps, samples = start["steps"], start["samples"]
+            recorder.begin_epoch(start["loss_sum"], steps, samples)
             start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
             epoch_start = time.perf_counter()
             with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
@@ -57,6 +71,10 @@ def train(config: TrainConfig, out: Path) -> dict:
                     steps += 1
                     samples += len(targets)
                     advance()
+                    if run.is_main and recorder.due(run.steps_taken):
+                        reporter.step({**recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
+                                                         optimizer.param_groups[0].get("lr")),
+                                       "wall_seconds": wall()})
                     checkpoints.after_step(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps,
                                                                       "samples": samples})
             seconds = time.perf_counter() - epoch_start
@@ -64,11 +82,11 @@ def train(config: TrainConfig, out: Path) -> dict:
             train_seconds += seconds
             trained_samples += epoch_samples
             evaluation = run.evaluate(model, held_out, batch_size=config.eval_batch_size)
-            record = {"epoch": epoch, "epochs": epochs, "step": epoch * steps,
+            record = {"kind": "epoch", "epoch": epoch, "epochs": epochs, "step": run.steps_taken,
                       "train_loss": run.mean(loss_sum / max(steps, 1)).item(),
                       "eval_loss": evaluation["loss"], "eval_accuracy": evaluation["accuracy"],
                       "eval_samples": evaluation["count"], "samples_per_second": epoch_samples / seconds,
-                      "epoch_seconds": seconds}
+                      "epoch_seconds": seconds, "lr": optimizer.param_groups[0].get("lr"), "wall_seconds": wall()}
             reporter.epoch(record)
         checkpoints.at_end(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps, "samples": samples})
 
@@ -96,3 +114,8 @@ def train(config: TrainConfig, out: Path) -> dict:
         }
         reporter.finish(summary)
         return summary
+
+
+def _rank_has_loss(run) -> bool:
+    """Whether this process computes the loss itself (a pipeline's first stage does not)."""
+    return run.strategy.holds_outputs(run.ctx)

@@ -1,17 +1,29 @@
-"""What a training run shows and writes: a progress bar and one line per epoch on rank 0,
-`metrics.jsonl` (one line per epoch) and `summary.json` (written atomically at the end)."""
+"""What a training run shows and writes, on rank 0 only.
+
+- On a terminal: a progress bar and one line per epoch. Otherwise (a log file, a batch
+  job): a plain line per step record instead of the bar, flushed at once, no control codes.
+- `metrics.jsonl`: one JSON line per record, `"kind": "step"` (every few steps) or
+  `"kind": "epoch"` (held-out metrics). A resumed run first drops the records of the steps
+  and epochs it is about to do again, so no step or epoch appears twice.
+- The experiment trackers' scalars, configuration and summary.
+- `summary.json`, written atomically at the end.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..files import append_jsonl, write_json_atomic
+from ..files import append_jsonl, write_json_atomic, write_text_atomic
+from ..track import Trackers
+from .steps import format_eta
 
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
@@ -20,16 +32,36 @@ METRICS_FILE = "metrics.jsonl"
 class Reporter:
     """Does nothing on ranks other than 0: N processes must not print N copies."""
 
-    def __init__(self, is_main: bool, out: Path):
+    def __init__(self, is_main: bool, out: Path, trackers: Optional[Trackers] = None):
         self.is_main = is_main
         self.out = Path(out)
         self.console = Console(file=sys.stdout, highlight=False)
+        self.trackers = trackers or Trackers([])
+        self.wall_offset = 0.0  # seconds of the run before this process (a resumed run)
+        self._resumed_at: Optional[int] = None
+        self._recorded_epochs: set = set()  # complete before a resume, recorded then
         if is_main:
             self.out.mkdir(parents=True, exist_ok=True)
 
     def say(self, text: str) -> None:
         if self.is_main:
             self.console.print(text, soft_wrap=True)
+            self.console.file.flush()  # a log file sees it now, not when the buffer fills
+
+    def start_at(self, step: int, epoch: int) -> bool:
+        """The run continues after `step`, in `epoch` (1-based): the records of what is about
+        to be done again are dropped. An epoch whose last step is `step` keeps its record (its
+        checkpoint was taken before its evaluation), and is not recorded again. True when the
+        folder held records of an earlier attempt (the trackers then drop theirs too)."""
+        path = self.out / METRICS_FILE
+        if not self.is_main or not path.exists():
+            return False
+        kept = [r for r in read_records(path) if _before(r, step, epoch)]
+        write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        self.wall_offset = max((r.get("wall_seconds") or 0.0 for r in kept), default=0.0)
+        self._recorded_epochs = {r.get("epoch") for r in kept if r.get("kind") != "step"}
+        self._resumed_at = step if step else None
+        return True
 
     @contextlib.contextmanager
     def progress(self, total: int, label: str):
@@ -43,10 +75,32 @@ class Reporter:
             task = bar.add_task(label, total=total)
             yield lambda: bar.advance(task)
 
-    def epoch(self, record: dict) -> None:
+    def step(self, record: dict) -> None:
         if not self.is_main:
             return
         append_jsonl(self.out / METRICS_FILE, record)
+        scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"]}
+        if "train_loss" in record:
+            scalars["train/loss"] = record["train_loss"]
+        self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
+        if not self.console.is_terminal:  # the bar shows progress on a terminal
+            loss = f"loss {record['train_loss']:.4f}" if "train_loss" in record else "loss (on the last stage)"
+            lr = f"  lr {record['lr']:.3g}" if record["lr"] is not None else ""
+            print(f"step {record['step']:>6}/{record['total_steps']}  epoch {record['epoch']}/{record['epochs']}  "
+                  f"{loss}{lr}  {record['samples_per_second']:,.0f} samples/s  "
+                  f"ETA {format_eta(record['eta_seconds'])}", flush=True)
+
+    def epoch(self, record: dict) -> None:
+        if not self.is_main or record["epoch"] in self._recorded_epochs:
+            return
+        if self._resumed_at is not None:  # the first epoch record after a resume says so
+            record = {**record, "resumed_at_step": self._resumed_at}
+            self._resumed_at = None
+        append_jsonl(self.out / METRICS_FILE, record)
+        self.trackers.log({"eval/loss": record["eval_loss"], "eval/accuracy": record["eval_accuracy"],
+                           "train/epoch_loss": record["train_loss"],
+                           "train/epoch_samples_per_second": record["samples_per_second"],
+                           "epoch": record["epoch"]}, record["step"])
         self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  "
                  f"held-out loss {record['eval_loss']:.4f}  held-out acc {record['eval_accuracy']:.4f}  "
                  f"{record['samples_per_second']:,.0f} samples/s")
@@ -55,6 +109,7 @@ class Reporter:
         if not self.is_main:
             return
         write_json_atomic(self.out / SUMMARY_FILE, summary)
+        self.trackers.finish(summary)
         table = Table(title="scaletrain summary", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value", overflow="fold")
@@ -76,6 +131,27 @@ class Reporter:
         for key, value in rows:
             table.add_row(key, str(value))
         self.console.print(table)
+        self.console.file.flush()
+
+
+def read_records(path: Path) -> list[dict]:
+    """metrics.jsonl's records; a line cut short by a crash is skipped."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _before(record: dict, step: int, epoch: int) -> bool:
+    """Whether `record` describes work done before a resume at `step` in `epoch`."""
+    if record.get("kind") == "step":
+        return record["step"] <= step
+    if record.get("kind") == "epoch" and record["step"] <= step:
+        return True
+    return record.get("epoch", 0) < epoch  # also metrics.jsonl lines without a kind
 
 
 def _seconds(value, note: str) -> str:

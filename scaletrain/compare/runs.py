@@ -1,0 +1,80 @@
+"""A finished (or still running) run, read back from its folder: summary.json,
+metrics.jsonl and config.yaml, as `scaletrain train` writes them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UsageError
+from ..train.report import METRICS_FILE, SUMMARY_FILE, read_records
+
+
+@dataclass
+class RunRecord:
+    folder: Path
+    label: str
+    summary: dict = field(default_factory=dict)  # empty while the run is still going
+    steps: list = field(default_factory=list)  # "kind": "step" records, in order
+    epochs: list = field(default_factory=list)  # "kind": "epoch" records, in order
+
+    def series(self, records: list, key: str, x: str) -> tuple[list, list]:
+        points = [(r[x], r[key]) for r in records if r.get(x) is not None and r.get(key) is not None]
+        return [p[0] for p in points], [p[1] for p in points]
+
+    @property
+    def final(self) -> dict:
+        """The last epoch's figures, from the summary when there is one."""
+        last = self.epochs[-1] if self.epochs else {}
+        return {"accuracy": self.summary.get("final_accuracy", last.get("eval_accuracy")),
+                "loss": self.summary.get("final_loss", last.get("eval_loss")),
+                "samples_per_second": self.summary.get("samples_per_second"),
+                "wall_seconds": self.summary.get("wall_seconds", last.get("wall_seconds")),
+                "epochs": last.get("epoch")}
+
+
+def load_run(folder: Path) -> RunRecord:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such folder; name a run's folder (the --out of `scaletrain train`)")
+    metrics = folder / METRICS_FILE
+    if not metrics.exists():
+        raise UsageError(f"{folder} holds no {METRICS_FILE}: not a `scaletrain train` run folder (or it has not "
+                         "finished an epoch or a step record yet)")
+    run = RunRecord(folder, folder.absolute().name)
+    summary = folder / SUMMARY_FILE
+    if summary.exists():
+        try:
+            run.summary = json.loads(summary.read_text())
+        except json.JSONDecodeError:
+            raise UsageError(f"{summary} is not valid JSON; is it a `scaletrain train` run folder?") from None
+    for record in read_records(metrics):
+        (run.steps if record.get("kind") == "step" else run.epochs).append(record)
+    return run
+
+
+def load_runs(folders: list[Path]) -> list[RunRecord]:
+    runs = [load_run(f) for f in folders]
+    _unique_labels(runs)
+    return runs
+
+
+def _unique_labels(runs: list[RunRecord]) -> None:
+    """Folder names, with their parents where two runs' names are the same."""
+    names = [r.label for r in runs]
+    for run in runs:
+        if names.count(run.label) > 1:
+            run.label = f"{run.folder.absolute().parent.name}/{run.label}"
+    for run in runs:
+        strategy, world = run.summary.get("strategy"), run.summary.get("world_size")
+        if strategy:
+            run.label += f" ({strategy}, {world} proc)"
+
+
+def describe_world(run: RunRecord) -> Optional[str]:
+    s = run.summary
+    if "world_size" not in s:
+        return None
+    return f"{s['world_size']} ({s.get('nnodes', 1)} node × {s.get('nproc_per_node', s['world_size'])})"

@@ -1,0 +1,134 @@
+"""Experiment trackers: where a run's scalars, configuration and summary go besides
+metrics.jsonl. `open_trackers(["tensorboard", "csv"], out)` gives one `Trackers` value that
+forwards to each; on ranks other than 0 it holds none and does nothing.
+
+Each tool's package is an optional extra, imported only by the rank that uses it; a
+missing one is a UsageError naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+from ..errors import UsageError
+from .base import Tracker
+
+
+@dataclass(frozen=True)
+class TrackerKind:
+    name: str
+    module: str  # scaletrain's module holding the class
+    cls: str
+    needs: Optional[str]  # the top-level package that must be importable
+    extra: Optional[str]  # scaletrain's extra that installs it
+
+
+KINDS: dict[str, TrackerKind] = {k.name: k for k in (
+    TrackerKind("tensorboard", "tensorboard_tracker", "TensorBoardTracker", "tensorboard", "tensorboard"),
+    TrackerKind("wandb", "wandb_tracker", "WandbTracker", "wandb", "wandb"),
+    TrackerKind("mlflow", "mlflow_tracker", "MlflowTracker", "mlflow", "mlflow"),
+    TrackerKind("csv", "csv_tracker", "CsvTracker", None, None),
+)}
+
+TRACKER_NAMES = tuple(KINDS)
+
+TrackerSpec = Union[str, Tracker]
+
+
+def check_trackers(specs: Iterable[TrackerSpec]) -> None:
+    """Refuses unknown names and trackers whose package is missing, without importing it."""
+    for spec in specs:
+        if isinstance(spec, str):
+            kind = KINDS.get(spec)
+            if kind is None:
+                raise UsageError(f"unknown tracker {spec!r}; choose from: {', '.join(TRACKER_NAMES)}")
+            if kind.needs and not _installed(kind.needs):
+                raise UsageError(f"tracker {spec!r} needs the {kind.needs} package, which is not installed; "
+                                 f"install it with: pip install 'scaletrain[{kind.extra}]'")
+        elif not isinstance(spec, Tracker):
+            raise UsageError(f"a tracker is one of {', '.join(TRACKER_NAMES)} or an object with log_config, log "
+                             f"and finish methods, not {spec!r}")
+
+
+def _installed(package: str) -> bool:
+    if package in sys.modules:  # also None there: an import that is known to fail
+        return sys.modules[package] is not None
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def open_trackers(specs: Sequence[TrackerSpec], directory: Path, run_name: Optional[str] = None,
+                  active: bool = True) -> "Trackers":
+    """Trackers writing under `directory` (inactive: none, on ranks other than 0)."""
+    check_trackers(specs)
+    if not active or not specs:
+        return Trackers([])
+    directory = Path(directory)
+    name = run_name or directory.absolute().name
+    opened = []
+    for spec in dict.fromkeys(specs):  # each once, in the order given
+        if isinstance(spec, str):
+            kind = KINDS[spec]
+            cls = getattr(importlib.import_module(f"{__name__}.{kind.module}"), kind.cls)
+            opened.append(cls(directory, name))
+        else:
+            opened.append(spec)
+    return Trackers(opened)
+
+
+class Trackers:
+    """Forwards to every tracker; values are turned into plain floats first (tensors too)."""
+
+    def __init__(self, trackers: list[Tracker]):
+        self.trackers = trackers
+        self._finished = False
+
+    def __bool__(self) -> bool:
+        return bool(self.trackers)
+
+    def describe(self) -> str:
+        """Where each tracker writes, for the user: "tensorboard: OUT/tensorboard, ..."."""
+        return ", ".join(getattr(t, "where", type(t).__name__) for t in self.trackers)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        for tracker in self.trackers:
+            tracker.log_config(config)
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        if not self.trackers:
+            return
+        scalars = {name: _scalar(name, value) for name, value in metrics.items()}
+        for tracker in self.trackers:
+            tracker.log(scalars, int(step))
+
+    def resumed(self, step: int) -> None:
+        """The run continues from a checkpoint at `step`, in the folder of its earlier records."""
+        for tracker in self.trackers:
+            if hasattr(tracker, "resumed"):
+                tracker.resumed(step)
+
+    def finish(self, summary: Optional[Mapping[str, Any]] = None) -> None:
+        """Once; later calls do nothing (Run.close finishes whatever the loop did not)."""
+        if self._finished:
+            return
+        self._finished = True
+        if summary is not None:
+            summary = {k: v for k, v in summary.items() if not (isinstance(v, float) and not math.isfinite(v))}
+        for tracker in self.trackers:
+            tracker.finish(summary)
+
+
+def _scalar(name: str, value: Any) -> float:
+    if hasattr(value, "item"):  # a tensor or a NumPy number
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"run.log: {name!r} must be a number (or a one-element tensor), got {value!r}")
+    return float(value)
