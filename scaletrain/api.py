@@ -35,6 +35,7 @@ from .backends import choose_backend
 from .data import ShardedLoader, eval_loader, move_to
 from .environment import DistEnv, detect
 from .devices import choose_device, pin_cores, threads_per_process
+from .fault.durations import as_seconds
 from .fault.start import backstop_timeout, start_watchdog
 from .strategies import Strategy, get_strategy
 
@@ -270,14 +271,16 @@ class Run:
 
 
 def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
-         threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[timedelta] = None,
+         threads: Optional[int] = None, seed: Optional[int] = 0, timeout: float | timedelta | None = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
     `scaletrain launch` it joins the job. `seed` is applied on every rank (None: leave the
     random state alone). `pin`: bind each of a node's processes to its own cores (see
-    `devices.pin_cores`); False leaves the affinity to the operating system."""
+    `devices.pin_cores`); False leaves the affinity to the operating system. `timeout`: how
+    long a rank waits for its peers (seconds, or a timedelta; default 10 minutes)."""
+    timeout = timedelta(seconds=as_seconds(timeout)) if timeout is not None else process_group.DEFAULT_TIMEOUT
     env = detect(os.environ if environ is None else environ)
     strat = get_strategy(strategy, **strategy_options)
     dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
@@ -294,7 +297,6 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     run = Run(env, strat, dev, chosen_backend, n_threads, owns_group=False, seed=seed or 0)
     run.cores = cores
     strat.validate(run)  # before joining: a doomed run should not make its peers wait
-    run._owns_group = process_group.init_process_group(env, chosen_backend, dev,
-                                                       backstop_timeout(timeout or process_group.DEFAULT_TIMEOUT))
-    run._watchdog = start_watchdog(env, timeout or process_group.DEFAULT_TIMEOUT)
+    run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(timeout))
+    run._watchdog = start_watchdog(env, timeout)
     return run

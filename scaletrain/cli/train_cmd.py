@@ -11,13 +11,14 @@ import os
 import sys
 from pathlib import Path
 
+from .. import netif
 from ..backends import choose_backend
 from ..devices import choose_device, cpu_cores
 from ..environment import detect
 from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
-from .launch_options import add_launch_arguments, launch_request, launch_requested, plan_and_run, strip_launch_args
+from .launch_options import add_launch_arguments, launch_request, launch_requested, strip_launch_args
 from .fault_options import (add_fault_arguments, check_fault_flags, describe_resume, fault_config,
                             out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out
@@ -72,6 +73,7 @@ def default_nproc(strategy: str) -> int:
 
 def validate(config: TrainConfig, nproc: int) -> None:
     """Everything that can be checked before a process starts, so mistakes cost seconds."""
+    netif.check_interfaces(os.environ)  # GLOO_SOCKET_IFNAME=eth99 would fail deep inside start-up
     strategy = get_strategy(config.strategy, **config.strategy_options)
     strategy.check_world_size(nproc)
     device = choose_device(config.device, 0)
@@ -83,13 +85,21 @@ def validate(config: TrainConfig, nproc: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..launch.plan import Target
-    from ..launch.restart import run_with_restarts
+    from ..launchers import facade
+    from ..launchers.plan import Target
+    from ..launchers.restart import run_with_restarts
     from ..train.loop import train
 
     env = detect(os.environ)
     config = config_from_args(args)
-    if env.launched:  # we are one rank of a job someone else started
+    # A process that stands for a whole node (a Kubernetes pod) starts the node's ranks when
+    # asked for several; otherwise a launched process is one rank of someone else's job.
+    node_agent = env.per_node and (args.nproc_per_node or 1) > 1
+    if env.launched and not node_agent and args.dry_run:  # a dry run never trains, whoever started it
+        print(f"dry run: rank {env.rank} of {env.world_size} (started by {env.launcher}) would train "
+              f"--strategy {config.strategy} on {config.workload}; nothing was started")
+        return 0
+    if env.launched and not node_agent:
         if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
             print(f"scaletrain: note: --nproc-per-node {args.nproc_per_node} ignored: the {env.launcher} launcher "
                   f"started {env.local_world_size} process(es) on this node", file=sys.stderr)
@@ -102,18 +112,19 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()
     # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it, and
     # --resume auto continues the run already in it.
-    if not args.node_rank and not out_may_hold_files(args, out):
+    node_rank = args.node_rank if args.node_rank is not None else (env.node_rank if node_agent else 0)
+    if not node_rank and not out_may_hold_files(args, out):
         check_out(out)
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
         create_out(out)
         train(config, out)
         return 0
     train_argv = ["train", *strip_launch_args(args.argv[1:], also=("--out",)), "--out", str(out)]
-    prepare = (lambda: create_out(out)) if not args.node_rank else None
+    prepare = (lambda: create_out(out)) if not node_rank else None
 
     def attempt(number: int) -> int:
         argv = restart_argv(train_argv, out) if number else train_argv
-        return plan_and_run(launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc),
-                            args.dry_run, prepare if number == 0 else None)
+        request = launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc, device=args.device)
+        return facade.run(request, args.dry_run, prepare if number == 0 else None)
 
     return run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))
