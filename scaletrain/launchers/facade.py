@@ -53,7 +53,8 @@ def run_job(body: Callable[[Job], int]) -> JobResult:
         with Interrupts() as interrupts:
             code = interrupts.status(body(Job(error_dir, interrupts)))
         result = Path(error_dir, RESULT_FILE)
-        return JobResult(code, read_records(error_dir), interrupts.signum,
+        records = [r for r in read_records(error_dir) if code or not r.get("guessed")]
+        return JobResult(code, records, interrupts.signum,
                          result.read_bytes() if result.exists() else None, frozen_in_teardown(error_dir))
     finally:
         shutil.rmtree(error_dir, ignore_errors=True)
@@ -69,7 +70,9 @@ def execute(launcher: Launcher, plan: Plan) -> int:
               "a break: the Gloo teardown deadlock); it was ended with status 0", file=sys.stderr)
     if job.signum is None and (job.code or job.records):
         report(job.records, job.code or 1, launcher.name)
-        return job.code or 1
+        # The first failing rank's own status where it is known: torchrun answers 1 whatever
+        # its workers' statuses were.
+        return (job.records[0].get("status") if job.records else None) or job.code or 1
     return job.code
 
 

@@ -55,7 +55,7 @@ def _write(path: Path, record: dict) -> None:
 
 
 def write_record(error_dir: Optional[str], rank: int, summary: str, text: str, *, pid: Optional[int] = None,
-                 killed: bool = False) -> Optional[dict]:
+                 killed: bool = False, status: int = 1, guessed: bool = False) -> Optional[dict]:
     """Writes a rank's failure record; returns it, or None when there is no folder.
     `killed`: written by the launcher for a rank a signal killed, the cause whenever its
     peers' errors (written earlier, as they noticed it gone) claim to be first."""
@@ -63,11 +63,31 @@ def write_record(error_dir: Optional[str], rank: int, summary: str, text: str, *
     if folder is None:
         return None
     record = {"rank": rank, "host": socket.gethostname(), "pid": pid or os.getpid(), "time": time.time(),
-              "summary": summary, "traceback": text, "first": killed or _claim_first(folder), "killed": killed}
+              "summary": summary, "traceback": text, "first": killed or _claim_first(folder), "killed": killed,
+              "status": status, "guessed": guessed}
     # Host and pid in the name: ranks on different hosts may share a folder (and a rank number
     # never repeats within a job, but a restarted rank's pid differs).
     _write(folder / f"rank-{rank}-{record['host']}-{record['pid']}.json", record)
     return record
+
+
+def note_sigterm(error_dir: Optional[str], rank: int) -> None:
+    """From now on a SIGTERM leaves a trace in the launcher's folder before it ends this
+    process: written by faulthandler, in C, so even a main thread blocked in a collective
+    leaves it. A rank that got SIGTERM was stopped (by its launcher, after another rank's
+    failure, or by the user), which is never the cause of a failure."""
+    import faulthandler
+    import signal as signals
+
+    folder = _folder(error_dir)
+    if folder is not None:
+        trace = open(folder / f"sigterm-{rank}-{socket.gethostname()}-{os.getpid()}.trace", "w")
+        faulthandler.register(signals.SIGTERM, file=trace, all_threads=False, chain=True)
+
+
+def _got_sigterm(folder: Path, m: dict) -> bool:
+    path = folder / f"sigterm-{m['rank']}-{m['host']}-{m['pid']}.trace"
+    return path.exists() and path.stat().st_size > 0
 
 
 def mark(error_dir: Optional[str], rank: int, stage: str, status: Optional[int] = None) -> None:
@@ -111,13 +131,14 @@ def frozen_in_teardown(error_dir: str) -> list[dict]:
 
 
 def vanished(error_dir: str) -> list[dict]:
-    """Ranks that started and never ended (nor left a failure record): killed from outside."""
+    """Ranks that started and never ended (nor left a failure record, nor got a SIGTERM):
+    killed from outside, by SIGKILL or the out-of-memory killer."""
     folder = Path(error_dir)
     ended = _marks(folder, "ended")
     recorded = {(r["host"], r["pid"]) for r in read_records(error_dir)}
     frozen = _marks(folder, "teardown")
     return sorted((m for key, m in _marks(folder, "started").items()
-                   if key not in ended and key not in recorded and key not in frozen),
+                   if key not in ended and key not in recorded and key not in frozen and not _got_sigterm(folder, m)),
                   key=lambda m: m["rank"])
 
 
@@ -132,14 +153,15 @@ def _alive(pid: int) -> bool:
 def note_vanished(error_dir: str) -> None:
     """Called while the job runs (this host's ranks): the first ranks found gone without a
     word, before any rank recorded a failure, get a record naming them as the cause. Ranks
-    that go later were stopped because of that failure, and are not named."""
+    that go later were stopped because of that failure, and are not named. The record is a
+    guess (a program may also end itself with os._exit): it counts only if the job fails."""
     if read_records(error_dir):
         return
     host = socket.gethostname()
     for m in vanished(error_dir):
         if m["host"] == host and not _alive(m["pid"]):
             write_record(error_dir, m["rank"], "ended without a word: killed by a signal (SIGKILL?) or by the "
-                         "out-of-memory killer", "", pid=m["pid"], killed=True)
+                         "out-of-memory killer", "", pid=m["pid"], killed=True, guessed=True)
 
 
 def signal_summary(exit_code: int) -> str:

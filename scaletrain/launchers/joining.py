@@ -24,7 +24,9 @@ from typing import Callable, Optional
 from ..environment import DistEnv
 from ..fault.durations import format_duration
 
-_ADDRESS_KEY = re.compile(r"^default_pg/.*/(\d+)$")
+# `default_pg/0//cpu//0/<rank>`, under a prefix when the store is torchrun's agent's
+# (`/worker/attempt_<n>/`) or scaletrain's (`scaletrain/restart-<n>/`).
+_ADDRESS_KEY = re.compile(r"^(.*?)default_pg/.*/(\d+)$")
 _INIT_FRAMES = {"init_process_group", "_new_process_group_helper", "_env_rendezvous_handler",
                 "_tcp_rendezvous_handler", "_create_c10d_store"}
 STORE_ANSWER_S = 5.0
@@ -60,7 +62,9 @@ def ranks_present(env: DistEnv) -> Optional[set[int]]:
         keys = store.list_keys()
     except Exception:  # noqa: BLE001 - any failure to read the store means: no answer
         return None
-    found = {int(m.group(1)) for m in map(_ADDRESS_KEY.match, keys) if m}
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    found = {int(m.group(2)) for m in map(_ADDRESS_KEY.match, keys)
+             if m and (not m.group(1) or m.group(1).rstrip("/").endswith((f"_{attempt}", f"-{attempt}")))}
     return {r for r in found if r < env.world_size}
 
 

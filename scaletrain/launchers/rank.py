@@ -34,7 +34,7 @@ from ..defaults import HANG_TIMEOUT_S
 from ..environment import DistEnv, detect
 from ..errors import DetectionError, UsageError
 from ..fault.durations import parse_duration
-from .failures import mark, user_traceback, write_record
+from .failures import mark, note_sigterm, user_traceback, write_record
 from .joining import JoinWatch, exit_after
 from .plan import ERROR_DIR_VAR, Target
 from .teardown import TeardownGuard
@@ -94,8 +94,8 @@ def run_as_main(target: Target) -> None:
         runpy.run_path(target.script, run_name="__main__")
 
 
-def record_failure(rank: int, summary: str, text: str, exc: Optional[BaseException]) -> None:
-    record = write_record(os.environ.get(ERROR_DIR_VAR), rank, summary, text)
+def record_failure(rank: int, summary: str, text: str, exc: Optional[BaseException], status: int = 1) -> None:
+    record = write_record(os.environ.get(ERROR_DIR_VAR), rank, summary, text, status=status)
     if record is None:  # nobody will read a record: print the whole traceback here
         print(f"scaletrain: rank {rank} failed: {summary}\n{text.rstrip()}", file=sys.stderr, flush=True)
         return
@@ -117,8 +117,9 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float) ->
         env = prepare_environment(os.environ)
         rank = env.rank
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")
+        note_sigterm(os.environ.get(ERROR_DIR_VAR), rank)
         watch = JoinWatch(env, join_timeout, lambda message: exit_after(
-            message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None))).start()
+            message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None, EXIT_PEER_MISSING))).start()
         TeardownGuard(lambda: mark(os.environ.get(ERROR_DIR_VAR), env.rank, "teardown")).start()
         body()
     except (UsageError, DetectionError) as exc:
@@ -131,7 +132,7 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float) ->
         status = code if isinstance(code, int) else 1
         if not isinstance(code, int):
             print(code, file=sys.stderr)
-        record_failure(rank, f"exited with status {status}", f"{describe} exited with status {status}", None)
+        record_failure(rank, f"exited with status {status}", f"{describe} exited with status {status}", None, status)
         return rank, status
     except KeyboardInterrupt:  # Ctrl-C reaches every rank; the launcher says it once
         return rank, 130

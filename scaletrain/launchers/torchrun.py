@@ -99,7 +99,7 @@ class TorchrunLauncher:
 
     def execute(self, plan: Plan, job: Job) -> int:
         (command,) = plan.commands
-        return run_command(command, job.error_dir, job.interrupts)
+        return run_command(command, job.error_dir, job.interrupts, stop_below=True)
 
 
 LAUNCHER = TorchrunLauncher()
