@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import socket
-import time
 
 import torch
 import torch.distributed as dist
@@ -65,11 +64,6 @@ def main() -> None:
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(summary, f)
-    # Gloo's worker threads may still be freeing the last collectives' tensors, which needs
-    # the GIL; tearing DDP and the group down at that moment can deadlock at exit in torch
-    # 2.13 (pytorch/pytorch#75097). A pause without the GIL lets them finish first.
-    time.sleep(0.05)
-    del model
     dist.destroy_process_group()
 
 

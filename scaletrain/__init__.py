@@ -4,13 +4,40 @@
     with scaletrain.init(strategy="ddp") as run:
         model, optimizer = run.setup(model, optimizer)
         ...
+
+    scaletrain.launch(train_fn, nproc=2, args=(config,))   # from a notebook: N local ranks
+
+The names below are imported on first use, not with the package: `import scaletrain.x`
+must not pull in torch when `x` does not need it (the command line's --help, the rank
+runner that starts every rank before the user's program, `scaletrain env`).
 """
 
-from .api import Run, init
-from .checkpoint import CheckpointError, Checkpointer
-from .environment import DistEnv, detect
-from .errors import UsageError
+from __future__ import annotations
+
+import importlib
+
 from .version import __version__
 
+_LAZY = {
+    "init": ".api", "Run": ".api",
+    "Checkpointer": ".checkpoint", "CheckpointError": ".checkpoint",
+    "detect": ".environment", "DistEnv": ".environment",
+    "UsageError": ".errors",
+    "launch": ".launchers.function", "LaunchError": ".launchers.function",
+}
 
-__all__ = ["init", "Run", "detect", "DistEnv", "UsageError", "Checkpointer", "CheckpointError", "__version__"]
+__all__ = ["init", "Run", "launch", "LaunchError", "detect", "DistEnv", "UsageError", "Checkpointer",
+           "CheckpointError", "__version__"]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'scaletrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

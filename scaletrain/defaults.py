@@ -22,6 +22,11 @@ MASTER_PORT = 29500
 #: name the failure), then SIGTERM, this long again, then SIGKILL. Seconds.
 STOP_GRACE_S = 5.0
 
+#: A rank whose main thread keeps the GIL this long without a break after its program
+#: destroyed the process group is frozen in torch's Gloo teardown deadlock, and is ended
+#: (with status 0: its distributed work was done). Seconds.
+TEARDOWN_GRACE_S = 10.0
+
 #: Checkpoints kept in a run's folder (`--keep-checkpoints`, `run.checkpointer(keep=...)`).
 KEEP_CHECKPOINTS = 2
 

@@ -6,15 +6,10 @@ import os
 
 import torch
 
+from .cores import cpu_cores
 from .errors import UsageError
 
-
-def cpu_cores() -> int:
-    """Cores this process may run on (honours taskset/cgroup affinity, not just the machine)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+__all__ = ["cpu_cores", "threads_per_process", "choose_device", "core_set", "pin_cores"]
 
 
 def threads_per_process(local_world_size: int, requested: int | None = None) -> int:

@@ -9,6 +9,9 @@ Detectors are tried in a fixed order; the first that recognises its variables wi
 1. torchrun / torchelastic (and torch's env:// convention: RANK + WORLD_SIZE) — first,
    because torchrun is often started *by* Slurm (`srun torchrun`) or mpirun, one per node;
    then the SLURM_*/OMPI_* variables describe the node-level task, not this worker.
+   RANK + WORLD_SIZE without LOCAL_RANK, LOCAL_WORLD_SIZE or GROUP_RANK (a Kubeflow
+   PyTorchJob pod, or the plain env:// convention) is one process per node: node rank =
+   rank, local rank 0 of 1.
 2. Open MPI (OMPI_COMM_WORLD_*) — before Slurm, because `mpirun` inside a Slurm
    allocation inherits the allocation's SLURM_* variables, but the ranks are mpirun's.
 3. Other MPIs (PMI_RANK/PMI_SIZE: MPICH, Intel MPI) — before Slurm for the same reason.
@@ -41,6 +44,9 @@ class DistEnv:
     master_addr: str = DEFAULT_MASTER_ADDR
     master_port: int = DEFAULT_MASTER_PORT
     launcher: str = "none"
+    # One process per node (a Kubernetes pod, env:// without LOCAL_RANK): it may start the
+    # node's ranks itself (`scaletrain launch --nproc-per-node N`), as torchrun does in a pod.
+    per_node: bool = False
     # (field, source) pairs: which variable (or rule) gave each value.
     sources: tuple = field(default_factory=tuple)
     # Things worth telling the user that are not errors (e.g. "torchrun inside Slurm").
@@ -82,6 +88,7 @@ class DistEnv:
             "master_addr": self.master_addr,
             "master_port": self.master_port,
             "launcher": self.launcher,
+            "per_node": self.per_node,
             "sources": dict(self.sources),
             "notes": list(self.notes),
         }
@@ -141,6 +148,8 @@ def _torchrun(env: Mapping[str, str]) -> Optional[DistEnv]:
     if not r.has("RANK", "WORLD_SIZE"):
         return None
     elastic = r.has("TORCHELASTIC_RUN_ID")
+    if not elastic and not env.get("SCALETRAIN_LAUNCHER") and not r.first("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        return _one_per_node(r, env)
     launcher = "torchrun" if elastic else env.get("SCALETRAIN_LAUNCHER", "env")
     rank = r.int("rank", "RANK")
     world = r.int("world_size", "WORLD_SIZE", minimum=1)
@@ -154,18 +163,49 @@ def _torchrun(env: Mapping[str, str]) -> Optional[DistEnv]:
         else r.derived("node_rank", rank // max(local_world, 1), "RANK // LOCAL_WORLD_SIZE")
     nnodes = r.int("nnodes", "GROUP_WORLD_SIZE", minimum=1) if r.has("GROUP_WORLD_SIZE") \
         else r.derived("nnodes", max(1, -(-world // max(local_world, 1))), "WORLD_SIZE / LOCAL_WORLD_SIZE")
-    addr, port = r.master(None if world > 1 and not elastic else DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT)
-    if not addr:
-        raise DetectionError(
-            f"RANK and WORLD_SIZE={world} are set but MASTER_ADDR is not; "
-            "set MASTER_ADDR (and MASTER_PORT) to rank 0's address, or start with torchrun/scaletrain launch"
-        )
+    addr, port = _env_master(r, world, elastic)
     notes = []
     if r.has("SLURM_PROCID"):
         notes.append("also inside a Slurm task (torchrun started by srun): torchrun's variables win")
     if r.has("OMPI_COMM_WORLD_RANK"):
         notes.append("also inside an Open MPI rank (torchrun started by mpirun): torchrun's variables win")
     return _make(r, launcher, rank, local_rank, world, local_world, node_rank, nnodes, addr, port, notes)
+
+
+def _env_master(r: _Reader, world: int, elastic: bool) -> tuple[str, int]:
+    addr, port = r.master(None if world > 1 and not elastic else DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT)
+    if not addr:
+        raise DetectionError(
+            f"RANK and WORLD_SIZE={world} are set but MASTER_ADDR is not; "
+            "set MASTER_ADDR (and MASTER_PORT) to rank 0's address, or start with torchrun/scaletrain launch"
+        )
+    return addr, port
+
+
+def _one_per_node(r: _Reader, env: Mapping[str, str]) -> DistEnv:
+    """RANK and WORLD_SIZE without LOCAL_RANK: one process per node (pod). A Kubeflow
+    PyTorchJob sets exactly these (plus MASTER_ADDR/MASTER_PORT) in every pod; Kubernetes
+    itself sets KUBERNETES_SERVICE_HOST in every container. Kubeflow's torchrun variables
+    (PET_NNODES, PET_NODE_RANK) win where they are set: with `nprocPerNode` > 1, WORLD_SIZE
+    counts processes, not pods."""
+    launcher = "kubernetes" if r.has("KUBERNETES_SERVICE_HOST") else "env"
+    if r.has("PET_NNODES", "PET_NODE_RANK"):
+        node_rank = r.int("node_rank", "PET_NODE_RANK")
+        nnodes = r.int("nnodes", "PET_NNODES", minimum=1)
+        r.sources.update(rank="PET_NODE_RANK (one process per node)", world_size="PET_NNODES (one process per node)")
+        rank, world = node_rank, nnodes
+    else:
+        rank = r.int("rank", "RANK")
+        world = r.int("world_size", "WORLD_SIZE", minimum=1)
+        node_rank = r.derived("node_rank", rank, "RANK (one process per node: no LOCAL_RANK)")
+        nnodes = r.derived("nnodes", world, "WORLD_SIZE (one process per node: no LOCAL_RANK)")
+    local_rank = r.derived("local_rank", 0, "one process per node (no LOCAL_RANK)")
+    local_world = r.derived("local_world_size", 1, "one process per node (no LOCAL_RANK)")
+    addr, port = _env_master(r, world, False)
+    notes = [f"one process per node ({'a Kubernetes pod' if launcher == 'kubernetes' else 'no LOCAL_RANK'}): "
+             "`scaletrain launch --nproc-per-node N` here starts this node's N ranks"]
+    found = _make(r, launcher, rank, local_rank, world, local_world, node_rank, nnodes, addr, port, notes)
+    return replace(found, per_node=True)
 
 
 @dataclass(frozen=True)
@@ -248,7 +288,7 @@ def _slurm(env: Mapping[str, str]) -> Optional[DistEnv]:
 
 def _make(r: _Reader, launcher, rank, local_rank, world, local_world, node_rank, nnodes, addr, port, notes) -> DistEnv:
     env = DistEnv(rank, local_rank, world, local_world, node_rank, nnodes, addr, port, launcher,
-                  tuple(sorted(r.sources.items())), tuple(notes))
+                  sources=tuple(sorted(r.sources.items())), notes=tuple(notes))
     check_consistent(env)
     return env
 

@@ -102,6 +102,39 @@ def local_interfaces() -> list[Interface]:
     return found
 
 
+def interface_names() -> list[str]:
+    """Every interface of this host (network namespace), with or without an address."""
+    return [name for _index, name in socket.if_nameindex()]
+
+
+def unknown_interfaces(environ: Mapping[str, str], names: Optional[list[str]] = None) -> list[tuple[str, str, list]]:
+    """(variable, value, names not found here) for each interface variable that names an
+    interface this host does not have. Gloo takes exact names (a comma-separated list);
+    NCCL takes prefixes (`eth` matches eth0), `=name` for an exact one, `^...` to exclude."""
+    names = interface_names() if names is None else names
+    found = []
+    for var in IFNAME_VARS:
+        value = environ.get(var, "")
+        if not value or value.startswith("^"):
+            continue
+        nccl = var.startswith("NCCL") and not value.startswith("=")
+        wanted = [w for w in value.lstrip("=").split(",") if w]
+        missing = [w for w in wanted if not any(n == w or (nccl and n.startswith(w)) for n in names)]
+        if missing:
+            found.append((var, value, missing))
+    return found
+
+
+def check_interfaces(environ: Mapping[str, str]) -> None:
+    """UsageError naming the variable when it names an interface this host lacks: Gloo
+    would fail deep inside start-up (or, on other hosts, hang)."""
+    problems = unknown_interfaces(environ)
+    if problems:
+        var, value, missing = problems[0]
+        raise UsageError(f"{var}={value} names no interface of this host ({', '.join(missing)} not found; "
+                         f"interfaces here: {', '.join(interface_names())}); unset {var} or name one of those")
+
+
 def is_local_address(host: str, interfaces: Optional[list[Interface]] = None) -> bool:
     """Whether `host` names this host (one of its addresses, or loopback)."""
     try:

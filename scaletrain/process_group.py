@@ -20,6 +20,7 @@ def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout
     destroy it), False when the user's code had already initialised one."""
     if dist.is_initialized():
         return False
+    netif.check_interfaces(os.environ)  # an interface variable naming no interface: one line, not a C++ error
     timeout = timeout or DEFAULT_TIMEOUT
     kwargs = {}
     if device.type == "cuda":

@@ -36,6 +36,23 @@ def positive_float(text: str) -> float:
     return value
 
 
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is at most 65535, got {value}")
+    return value
+
+
+def duration(text: str) -> float:
+    """Seconds: a bare number is seconds; 90s, 10m, 1h are accepted too."""
+    from .fault.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def name_list(text: str) -> tuple:
     """'conv2, fc2' -> ('conv2', 'fc2')."""
     names = tuple(n.strip() for n in str(text).split(","))

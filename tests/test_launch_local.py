@@ -100,7 +100,7 @@ def test_sbatch_writes_a_batch_script(tmp_path):
 
 def test_spawn_from_python_like_a_notebook(tmp_path):
     out = tmp_path / "summary.json"
-    code = ("import sys; from scaletrain.launch.spawn import run_script; "
+    code = ("import sys; from scaletrain.launchers.facade import run_script; "
             f"sys.exit(run_script({str(EXAMPLE)!r}, '--steps', '2', '--out', {str(out)!r}, nproc=2))")
     result, left = run_session([sys.executable, "-c", code], timeout=120)
     assert result.returncode == 0, result.stderr

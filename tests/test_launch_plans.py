@@ -9,14 +9,14 @@ import pytest
 from scaletrain import netif
 from scaletrain.cli.launch_options import strip_launch_args
 from scaletrain.errors import UsageError
-from scaletrain.launch.planner import build_plan, pick_launcher, resolve
-from scaletrain.launch.plan import Target
-from scaletrain.launch.request import LaunchRequest, parse_hostfile, parse_hosts
+from scaletrain.launchers.plan import Target
+from scaletrain.launchers.registry import LAUNCHERS, pick_launcher
+from scaletrain.launchers.request import LaunchRequest, parse_hostfile, parse_hosts
 
 from .helpers import REPO, scaletrain
 
 PY = "/usr/bin/python3"
-RUNNER = [PY, "-m", "scaletrain.launch.rank"]
+RUNNER = [PY, "-m", "scaletrain.launchers.rank", "--join-timeout", "600"]
 TARGET = Target(script="train.py", args=("--lr", "0.1"))
 ETH = netif.Interface("eth1", "10.0.0.2", 24)
 
@@ -25,6 +25,14 @@ def request(**kw) -> LaunchRequest:
     base = dict(target=TARGET, python=PY, is_root=False, cpu_cores=8, environ={}, cwd="/work")
     base.update(kw)
     return LaunchRequest(**base)
+
+
+def build_plan(req: LaunchRequest, network=None):
+    return LAUNCHERS[req.launcher].plan(req, network)
+
+
+def resolve(req: LaunchRequest) -> LaunchRequest:
+    return LAUNCHERS[pick_launcher(req)].resolve(req)
 
 
 def remote_master(addr="10.0.0.1") -> netif.Choice:
@@ -46,7 +54,7 @@ def test_torchrun_static_plan():
     (command,) = plan.commands
     assert list(command.argv) == [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
                                   "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29500",
-                                  "-m", "scaletrain.launch.rank", "train.py", "--lr", "0.1"]
+                                  *RUNNER[1:], "train.py", "--lr", "0.1"]
     assert command.env == {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1"}
 
 
@@ -54,7 +62,7 @@ def test_torchrun_one_node_is_standalone():
     req = resolve(request(launcher="torchrun", nproc_per_node=2))
     assert list(build_plan(req).commands[0].argv) == [
         PY, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--standalone",
-        "-m", "scaletrain.launch.rank", "train.py", "--lr", "0.1"]
+        *RUNNER[1:], "train.py", "--lr", "0.1"]
 
 
 def test_torchrun_c10d_plan_names_local_address_and_host():
@@ -64,7 +72,7 @@ def test_torchrun_c10d_plan_names_local_address_and_host():
     assert list(plan.commands[0].argv) == [
         PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "10.0.0.2:29400", "--rdzv-id", "scaletrain", "--rdzv-conf", "is_host=1",
-        "--local-addr", "10.0.0.2", "-m", "scaletrain.launch.rank", "train.py", "--lr", "0.1"]
+        "--local-addr", "10.0.0.2", *RUNNER[1:], "train.py", "--lr", "0.1"]
     other_side = build_plan(request(launcher="torchrun", nproc_per_node=1, nnodes=2,
                                     rdzv_endpoint="10.0.0.1:29400"), remote_master())
     assert "is_host=1" not in other_side.commands[0].argv
@@ -169,4 +177,5 @@ def test_dry_run_prints_the_exact_argv():
     argv = shlex.split(argv_line.strip()[5:])
     assert argv[:3] == ["mpirun", "-np", "2"]
     assert argv[argv.index("-x") + 1:argv.index("-x") + 4] == ["MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=29123"]
-    assert argv[-5:] == ["-m", "scaletrain.launch.rank", "examples/plain_ddp.py", "--steps", "3"]
+    assert argv[-7:] == ["-m", "scaletrain.launchers.rank", "--join-timeout", "600", "examples/plain_ddp.py",
+                         "--steps", "3"]

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
-from ..launch.spawn import spawn
+from ..launchers.facade import spawn
 from ..measure.steps import PARTS
 from .spec import BenchSettings, RunSpec, to_argv
 

@@ -1,32 +1,67 @@
-"""The `scaletrain` command: one subcommand per module, each with NAME, HELP,
-add_arguments(parser) and run(args) -> exit status."""
+"""The `scaletrain` command: one subcommand per module, each with add_arguments(parser) and
+run(args) -> exit status (and HELP, its description).
+
+Only the chosen subcommand's module is imported and only its options are built: several of
+them need torch (choices of strategies, workloads), and importing torch for
+`scaletrain --help` or `scaletrain env --help` would take seconds.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Optional
 
 from ..errors import UsageError
-from . import bench_cmd, comm_cmd, doctor_cmd, env_cmd, launch_cmd, plan_cmd, report_cmd, train_cmd
+from ..version import __version__
 from .parsing import OneLineParser, fail, flag_names
 
-COMMANDS = (train_cmd, launch_cmd, env_cmd, doctor_cmd, bench_cmd, comm_cmd, plan_cmd, report_cmd)
+# name -> (module, one line for `scaletrain --help`)
+COMMANDS = {
+    "train": ("train_cmd", "train a model (the built-in digits CNN by default) with a strategy on N processes"),
+    "launch": ("launch_cmd", "run your script or module on N processes per node × M nodes (spawn, torchrun, "
+                             "Open MPI, Slurm)"),
+    "env": ("env_cmd", "show the detected launcher, ranks and master, backends, devices and threads"),
+    "doctor": ("doctor_cmd", "check this machine for a launch: backends, hostname, master address and port, "
+                             "interface, a 2-rank self-test"),
+    "bench": ("bench_cmd", "measure speedup, efficiency, time breakdown and accuracy of strategies"),
+    "comm": ("comm_cmd", "benchmark the collectives: time, algorithm and bus bandwidth"),
+    "plan": ("plan_cmd", "predict speedup, efficiency and memory per device, before running"),
+    "report": ("report_cmd", "compare finished runs: a table of their settings and results, and plots"),
+}
 
 
-def build_parser() -> OneLineParser:
+def command_module(name: str):
+    return importlib.import_module(f".{COMMANDS[name][0]}", __name__)
+
+
+def chosen_command(argv: list[str]) -> Optional[str]:
+    """The subcommand named on the command line: the first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(only: Optional[str] = None) -> OneLineParser:
+    """The parser; with `only`, the options of that subcommand alone are built (the others
+    are listed by name, so a wrong name is still refused with the list of valid ones)."""
     parser = OneLineParser(prog="scaletrain",
                            description="Run PyTorch training on many processes and machines, and measure whether it pays.")
+    parser.add_argument("--version", action="version", version=f"scaletrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:
-        p = sub.add_parser(command.NAME, help=command.HELP, description=command.HELP)
-        command.add_arguments(p)
-        p.set_defaults(handler=command.run)
+    for name, (_module, summary) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=summary, add_help=False)
+            continue
+        module = command_module(name)
+        p = sub.add_parser(name, help=summary, description=getattr(module, "HELP", summary))
+        module.add_arguments(p)
+        p.set_defaults(handler=module.run)
     return parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    name = chosen_command(argv)
+    parser = build_parser(name if name in COMMANDS else "")
     args = parser.parse_args(argv)
     args.argv = argv
     try:

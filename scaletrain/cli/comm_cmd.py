@@ -85,7 +85,7 @@ def be_a_rank(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..environment import detect
-    from ..launch.spawn import spawn
+    from ..launchers.facade import spawn
 
     validate(args)
     if detect(os.environ).launched:

@@ -9,18 +9,11 @@ import os
 from ..environment import detect
 from ..defaults import MASTER_PORT, SELF_TEST_TIMEOUT_S
 from ..errors import UsageError
-from .fault_options import duration
-from .parsing import positive_int
+from ..fault.durations import RULE
+from .parsing import duration, port, positive_int
 
 NAME = "doctor"
 HELP = "check this machine for a launch: backends, hostname, master address and port, interface, a 2-rank self-test"
-
-
-def port(text: str) -> int:
-    value = positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"a TCP port is at most 65535, got {value}")
-    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["gloo", "nccl", "mpi", "ccl"], help="the backend the job will use")
     p.add_argument("--no-self-test", action="store_true", help="skip the 2-process all-reduce")
     p.add_argument("--self-test-timeout", type=duration, default=SELF_TEST_TIMEOUT_S, metavar="DURATION",
-                   help=f"deadline of the self-test (default {SELF_TEST_TIMEOUT_S:g}s; a bare number is minutes)")
+                   help=f"deadline of the self-test; {RULE} (default {SELF_TEST_TIMEOUT_S:g}s)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -12,17 +12,8 @@ from ..checkpoint.preflight import check_resumable
 from ..environment import DistEnv
 from ..defaults import HANG_TIMEOUT_S, KEEP_CHECKPOINTS, MAX_RESTARTS
 from ..errors import UsageError
-from ..fault.durations import format_duration
-from ..fault.durations import parse_duration
-from .parsing import non_negative_int, positive_int
-
-
-
-def duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from ..fault.durations import RULE, format_duration
+from .parsing import duration, non_negative_int, positive_int
 
 
 duration.to_text = format_duration  # how a configuration file writes it, so that it reads back
@@ -52,8 +43,8 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
                    help="when a process dies, stop the group and restart it up to K times, resuming from the "
                         "last checkpoint (spawn; under torchrun use its --max-restarts)")
     g.add_argument("--timeout", type=duration, default=HANG_TIMEOUT_S, metavar="DURATION",
-                   help=f"how long a rank waits for its peers before naming the missing ones and exiting: "
-                        f"30s, 5m, 1h; a bare number is minutes (default {format_duration(HANG_TIMEOUT_S)})")
+                   help=f"how long a rank waits for its peers (at start-up and in every collective) before naming "
+                        f"the missing ones and exiting; {RULE} (default {format_duration(HANG_TIMEOUT_S)})")
 
 
 def fault_config(args: argparse.Namespace) -> dict:

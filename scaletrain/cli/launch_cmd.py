@@ -13,17 +13,26 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..environment import detect
+from ..defaults import HANG_TIMEOUT_S, MAX_RESTARTS
 from ..errors import UsageError
-from ..launch.plan import Target
-from .launch_options import add_launch_arguments, launch_request, plan_and_run
+from ..fault.durations import RULE, format_duration
+from .launch_options import add_launch_arguments, launch_request
+from .parsing import duration, non_negative_int, with_underscores
 
-NAME = "launch"
-HELP = "run your script (scaletrain API or plain torch.distributed) on N processes per node × M nodes"
+HELP = ("run your script or module (scaletrain API or plain torch.distributed) on N processes per node × M nodes, "
+        "with spawn, torchrun, Open MPI or Slurm")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_launch_arguments(p)
+    g = p.add_argument_group("start-up and failures")
+    g.add_argument(*with_underscores("--timeout"), type=duration, default=HANG_TIMEOUT_S, metavar="DURATION",
+                   help=f"start-up bound: a rank left waiting this long in init_process_group names the ranks that "
+                        f"never joined, and the job ends; {RULE} (default {format_duration(HANG_TIMEOUT_S)}, as "
+                        "`train --timeout`)")
+    g.add_argument(*with_underscores("--max-restarts"), type=non_negative_int, default=MAX_RESTARTS, metavar="K",
+                   help="when the job fails, start it again up to K times (not after Ctrl-C, SIGTERM or a usage "
+                        f"error; default {MAX_RESTARTS})")
     p.add_argument("-m", "--module", action="store_true",
                    help="the program is a module, run like `python -m` (as with torchrun's -m)")
     p.add_argument("script", metavar="script.py", help="the program each rank runs")
@@ -31,9 +40,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..environment import detect
+    from ..launchers import facade
+    from ..launchers.plan import Target
+    from ..launchers.restart import run_with_restarts
+
     env = detect(os.environ)
-    # One exception: srun starting one `scaletrain launch --launcher torchrun` per node.
-    if env.launched and not (env.launcher == "slurm" and args.launcher == "torchrun"):
+    # A process that stands for a whole node (a Kubernetes pod, one srun task per node
+    # starting torchrun) may start the node's ranks; a rank of a running job may not.
+    node_agent = env.per_node or (env.launcher == "slurm" and args.launcher == "torchrun")
+    if env.launched and not node_agent and not args.dry_run:
         raise UsageError(f"already running as rank {env.rank} of {env.world_size} under {env.launcher}; "
                          "run `scaletrain launch` from a shell, not from inside a launched job "
                          "(inside an srun task per node, use --launcher torchrun)")
@@ -43,4 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(args.script):
             raise UsageError(f"script {args.script} does not exist; give the path of a Python file (or -m module)")
         target = Target(script=args.script, args=tuple(args.args))
-    return plan_and_run(launch_request(args, target), args.dry_run)
+    request = launch_request(args, target)
+    if args.dry_run or args.sbatch:
+        return facade.run(request, dry_run=args.dry_run)
+    return run_with_restarts(lambda attempt: facade.run(request), args.max_restarts)

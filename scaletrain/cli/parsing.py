@@ -1,16 +1,31 @@
-"""argparse, made to fail in one line: what was wrong and how to fix it, exit status 2."""
+"""argparse, made to fail in one line: what was wrong and how to fix it, exit status 2.
+Abbreviated options are refused everywhere (`--nproc` is not `--nproc-per-node`): an
+abbreviation accepted here would be passed on, unrecognised, to the ranks' command line."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..values import non_negative_int, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
+from ..values import duration, non_negative_int, port, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
 
 
 class OneLineParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # argparse's default prints the whole usage first
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def with_underscores(*flags: str) -> tuple[str, ...]:
+    """The flags, plus torchrun's underscore spelling of each (`--nproc_per_node`)."""
+    spelled = list(flags)
+    for flag in flags:
+        if flag.startswith("--") and "-" in flag[2:]:
+            spelled.append("--" + flag[2:].replace("-", "_"))
+    return tuple(spelled)
 
 
 def fail(message: str) -> int:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .. import netif
 from ..backends import choose_backend
 from ..devices import choose_device, cpu_cores
 from ..environment import detect
@@ -24,7 +25,7 @@ from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
 from . import config_file
 from .config_file import CONFIG_FILE
-from .launch_options import add_launch_arguments, launch_request, launch_requested, plan_and_run
+from .launch_options import add_launch_arguments, launch_request, launch_requested
 from .fault_options import (add_fault_arguments, check_fault_flags, check_resume, describe_resume, fault_config,
                             out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out
@@ -94,6 +95,7 @@ def default_nproc(strategy: str) -> int:
 def validate(config: TrainConfig, nproc: int):
     """Everything that can be checked before a process starts, so mistakes cost seconds.
     Returns the strategy and the model it was checked with."""
+    netif.check_interfaces(os.environ)  # GLOO_SOCKET_IFNAME=eth99 would fail deep inside start-up
     strategy = get_strategy(config.strategy, **config.strategy_options)
     strategy.check_world_size(nproc)
     device = choose_device(config.device, 0)
@@ -142,7 +144,14 @@ def run(args: argparse.Namespace) -> int:
         args = config_file.apply(args, build_parser, argv)
     env = detect(os.environ)
     config = config_from_args(args)
-    if env.launched:  # we are one rank of a job someone else started
+    # A process that stands for a whole node (a Kubernetes pod) starts the node's ranks when
+    # asked for several; otherwise a launched process is one rank of someone else's job.
+    node_agent = env.per_node and (args.nproc_per_node or 1) > 1
+    if env.launched and not node_agent and args.dry_run:  # a dry run never trains, whoever started it
+        print(f"dry run: rank {env.rank} of {env.world_size} (started by {env.launcher}) would train "
+              f"--strategy {config.strategy} on {config.workload}; nothing was started")
+        return 0
+    if env.launched and not node_agent:  # we are one rank of a job someone else started
         return run_rank(args, env, config)
     nproc = args.nproc_per_node or default_nproc(config.strategy)
     strategy, model = validate(config, nproc)
@@ -153,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"scaletrain: note: {note}", file=sys.stderr)
     # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it, and
     # --resume auto continues the run already in it.
-    if not args.node_rank and not out_may_hold_files(args, out):
+    node_rank = args.node_rank if args.node_rank is not None else (env.node_rank if node_agent else 0)
+    if not node_rank and not out_may_hold_files(args, out):
         check_out(out)
     recorded = record(args, nproc_per_node=recorded_nproc(args, nproc))
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
@@ -161,22 +171,23 @@ def run(args: argparse.Namespace) -> int:
         config_file.write(out / CONFIG_FILE, recorded)
         train(config, out)
         return 0
-    return launch_ranks(args, out, nproc, recorded)
+    return launch_ranks(args, out, nproc, recorded, node_rank)
 
 
-def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict) -> int:
+def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict, node_rank: int) -> int:
     """Starts the ranks (and restarts them, with --max-restarts); they read the configuration
     from the file written here, never from this command line."""
-    from ..launch.plan import Target
-    from ..launch.restart import run_with_restarts
+    from ..launchers import facade
+    from ..launchers.plan import Target
+    from ..launchers.restart import run_with_restarts
 
-    with config_for_ranks(args, out, recorded) as (config_path, prepare):
+    with config_for_ranks(args, out, recorded, node_rank) as (config_path, prepare):
         train_argv = ["train", "--config", str(config_path), "--out", str(out)]
 
         def attempt(number: int) -> int:
             argv = restart_argv(train_argv, out) if number else train_argv
-            return plan_and_run(launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc),
-                                args.dry_run, prepare if number == 0 else None)
+            request = launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc, device=args.device)
+            return facade.run(request, args.dry_run, prepare if number == 0 else None)
 
         status = run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))
     if args.sbatch and not args.dry_run and status == 0:  # the batch job's ranks read it when the job runs
@@ -185,7 +196,7 @@ def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict
 
 
 @contextlib.contextmanager
-def config_for_ranks(args: argparse.Namespace, out: Path, recorded: dict):
+def config_for_ranks(args: argparse.Namespace, out: Path, recorded: dict, node_rank: int):
     """(the file the ranks read, a function that writes it once every check has passed).
 
     One command starting every rank (spawn, mpirun, srun, torchrun on one node, or node 0 of
@@ -193,8 +204,8 @@ def config_for_ranks(args: argparse.Namespace, out: Path, recorded: dict):
     node that is not node 0 or may not be (--node-rank N, or --rdzv-endpoint, where the
     nodes number themselves): a private copy on this node, since OUT may be node 0's folder
     on a shared filesystem; rank 0 writes OUT/config.yaml then."""
-    owns_out = not args.node_rank  # node 0's command creates the output folder
-    if not (args.node_rank or args.rdzv_endpoint):
+    owns_out = not node_rank  # node 0's command creates the output folder
+    if not (node_rank or args.rdzv_endpoint):
         yield out / CONFIG_FILE, lambda: config_file.write(create_out(out) / CONFIG_FILE, recorded)
         return
     if args.dry_run:

@@ -117,15 +117,14 @@ def check_master(plan: Plan) -> list[Finding]:
 
 def _check_ifname(plan: Plan, routed: Optional[str]) -> list[Finding]:
     found = []
-    names = _addresses()
-    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+    unknown = {var: missing for var, _value, missing in netif.unknown_interfaces(os.environ)}
+    for var in netif.IFNAME_VARS:
         value = os.environ.get(var)
         if not value:
             continue
-        missing = [n for n in value.lstrip("^=").split(",") if n and n not in names and not value.startswith("^")]
-        if missing:
-            found.append(Finding(PROBLEM, f"{var}={value}: no interface {', '.join(missing)} here "
-                                          f"(have: {', '.join(sorted(names))})",
+        if var in unknown:
+            found.append(Finding(PROBLEM, f"{var}={value}: no interface {', '.join(unknown[var])} here "
+                                          f"(have: {', '.join(sorted(netif.interface_names()))})",
                                  f"set {var} to the interface that reaches the master ({routed or 'see above'})"))
         elif routed and value != routed and not value.startswith("^"):
             found.append(Finding(NOTE, f"{var}={value}, but the route to the master uses {routed}"))
@@ -138,7 +137,7 @@ def _check_ifname(plan: Plan, routed: Optional[str]) -> list[Finding]:
 
 
 def _check_port_free(address: str, port: int) -> Finding:
-    from ..launch.ports import bind_error, free_port
+    from ..launchers.ports import bind_error, free_port
 
     exc = bind_error("" if _is_loopback(address) else address, port)
     if exc is None:

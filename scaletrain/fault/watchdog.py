@@ -76,8 +76,13 @@ class Watchdog:
     def _connect(self):
         import torch.distributed as dist
 
-        return dist.TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
-                             timeout=timedelta(seconds=STORE_TIMEOUT_S))
+        # Connecting may take long on a crowded host (64 processes on 2 cores): that is
+        # start-up, bounded by the run's timeout. Once connected, a store that does not
+        # answer within STORE_TIMEOUT_S is gone.
+        store = dist.TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
+                              timeout=timedelta(seconds=max(self.timeout_s, STORE_TIMEOUT_S)))
+        store.set_timeout(timedelta(seconds=STORE_TIMEOUT_S))
+        return store
 
     # -- the training thread's side ---------------------------------------------------
     @contextlib.contextmanager

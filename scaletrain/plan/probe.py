@@ -104,7 +104,7 @@ def load_comm_json(path: Path, message_bytes: float) -> Link:
 def measure_link(message_bytes: float, nproc: int, backend: Optional[str], device: Optional[str]) -> Link:
     """A quick all_reduce probe on `nproc` processes of this machine: a 4 KB message for the
     latency and one of the gradients' size for the bandwidth."""
-    from ..launch.spawn import spawn
+    from ..launchers.facade import spawn
 
     size = max(64 * 1024, int(message_bytes))
     with tempfile.TemporaryDirectory(prefix="scaletrain-probe-") as tmp:

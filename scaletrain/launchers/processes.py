@@ -1,21 +1,19 @@
-"""Runs a plan: starts this node's command (or the spawn children), waits, stops whatever is
-left, and reports the first failure first. The plan itself is never changed here."""
+"""Running one launcher program (torchrun, mpirun, srun) in its own process group, and
+making sure that nothing it started outlives it."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from ..defaults import STOP_GRACE_S
-from .failures import read_records, report
-from .plan import ERROR_DIR_VAR, Command, Plan
-
+from .failures import note_vanished
+from .interrupts import Interrupts
+from .plan import ERROR_DIR_VAR, Command
 
 
 def _group_alive(pgid: int) -> bool:
@@ -54,14 +52,26 @@ def descendants(pid: int) -> set[tuple[int, str]]:
     return found
 
 
-def _kill_all(processes: set[tuple[int, str]]) -> None:
-    """SIGKILL those still alive; the start time guards against a reused pid."""
-    for pid, started in processes:
-        if _start_time(pid) == started:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+def _alive(processes: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    """Those still running (the start time guards against a reused pid)."""
+    return {(pid, started) for pid, started in processes if _start_time(pid) == started}
+
+
+def _signal_all(processes: set[tuple[int, str]], sig: int) -> None:
+    for pid, _started in _alive(processes):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def stop_all(processes: set[tuple[int, str]], grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM those still alive, wait up to `grace` seconds, then SIGKILL what is left."""
+    _signal_all(processes, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _alive(processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_all(processes, signal.SIGKILL)
 
 
 def stop_group(pgid: int, grace: float = STOP_GRACE_S) -> None:
@@ -79,8 +89,11 @@ def stop_group(pgid: int, grace: float = STOP_GRACE_S) -> None:
             return
 
 
-def run_command(command: Command, error_dir: str) -> int:
-    """Runs one command in its own process group, forwarding Ctrl-C/SIGTERM to all of it."""
+def run_command(command: Command, error_dir: str, interrupts: Interrupts, stop_below: bool = False) -> int:
+    """Runs one command in its own process group; returns its exit status. A Ctrl-C or
+    SIGTERM of ours becomes a SIGTERM to all of it (a second one: SIGKILL). `stop_below`:
+    instead, end the launcher program at once and SIGTERM the ranks below it (torchrun
+    answers a signal with tracebacks of its own, though the user asked for the stop)."""
     env = {**os.environ, **command.env, ERROR_DIR_VAR: error_dir}
     try:
         proc = subprocess.Popen(list(command.argv), env=env, start_new_session=True)
@@ -89,48 +102,36 @@ def run_command(command: Command, error_dir: str) -> int:
               file=sys.stderr)
         return 2
 
-    def forward(signum, _frame):
+    below: set[tuple[int, str]] = set()
+
+    def forward(signum: int) -> None:
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
+            if stop_below and signum != signal.SIGKILL:
+                below.update(descendants(proc.pid))
+                os.kill(proc.pid, signal.SIGKILL)
+                _signal_all(below, signal.SIGTERM)
+            else:
+                os.killpg(proc.pid, signal.SIGTERM if signum != signal.SIGKILL else signal.SIGKILL)
         except ProcessLookupError:
             pass
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    below: set[tuple[int, str]] = set()
+    interrupts.on_signal(forward)
+    next_scan = 0.0
     try:
         while True:
             try:
-                code = proc.wait(timeout=1.0)
+                code = proc.wait(timeout=0.05)
                 break
             except subprocess.TimeoutExpired:
-                below.update(descendants(proc.pid))  # remembered: orphans lose their parent link
+                if time.monotonic() > next_scan:
+                    below.update(descendants(proc.pid))  # remembered: orphans lose their parent link
+                    next_scan = time.monotonic() + 1.0
+                if interrupts.signum is None:
+                    note_vanished(error_dir)  # a rank killed from outside names no one itself
+        if code and interrupts.signum is None:
+            note_vanished(error_dir)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         below.update(descendants(proc.pid))
         stop_group(proc.pid)  # ranks or daemons that outlived the launcher go too
-        _kill_all(below)
+        stop_all(below)
     return 128 - code if code < 0 else code
-
-
-def execute(plan: Plan) -> int:
-    """Runs the plan's commands for this node; returns the job's exit status."""
-    error_dir = tempfile.mkdtemp(prefix="scaletrain-errors-")
-    try:
-        if plan.in_process:
-            from .spawn import run_in_children
-
-            code = run_in_children(plan, error_dir)
-        else:
-            code = 0
-            for command in plan.commands:
-                if command.runs_here:
-                    code = run_command(command, error_dir)
-                    if code:
-                        break
-        records = read_records(error_dir)
-        if code or records:
-            report(records, code or 1)
-        return code or (1 if records else 0)
-    finally:
-        shutil.rmtree(error_dir, ignore_errors=True)

@@ -1,5 +1,5 @@
 """A launch plan: what each node runs (argv lists and environment variables), built by a
-launcher and run by an executor. Never a shell string: an argv list cannot be misquoted,
+launcher and run by its executor. Never a shell string: an argv list cannot be misquoted,
 and `--dry-run` prints exactly what would run, so tests can assert it."""
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..fault.durations import format_duration
+
 # Every rank runs the user's program through this module: it fills in torch's env://
-# variables from whatever launcher started it, names the network interface, and records
-# the rank's traceback where the launcher can find it.
-RANK_RUNNER = "scaletrain.launch.rank"
+# variables from whatever launcher started it, names the network interface, bounds the
+# start-up and the teardown, and records the rank's traceback where the launcher finds it.
+RANK_RUNNER = "scaletrain.launchers.rank"
 ERROR_DIR_VAR = "SCALETRAIN_ERROR_DIR"
 
 
@@ -24,16 +26,22 @@ class Target:
     module: Optional[str] = None
     args: tuple = ()
 
-    def runner_args(self) -> list[str]:
-        """The rank runner's arguments: `script args...` or `-m module args...`."""
+    def program_args(self) -> list[str]:
+        """`script args...` or `-m module args...`."""
         head = ["-m", self.module] if self.module else [self.script]
         return [*head, *self.args]
 
-    def rank_argv(self, python: str = sys.executable) -> list[str]:
-        return [python, "-m", RANK_RUNNER, *self.runner_args()]
-
     def describe(self) -> str:
         return f"-m {self.module}" if self.module else str(self.script)
+
+
+def runner_args(target: Target, join_timeout: float) -> list[str]:
+    """The rank runner's arguments: its own options, then the program and its arguments."""
+    return ["--join-timeout", f"{join_timeout:g}", *target.program_args()]
+
+
+def rank_argv(target: Target, join_timeout: float, python: str = sys.executable) -> list[str]:
+    return [python, "-m", RANK_RUNNER, *runner_args(target, join_timeout)]
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ class Plan:
     target: Target
     nnodes: int = 1
     nproc_per_node: int = 1
+    node_rank: Optional[int] = None     # this node's number when known before the job starts
+    join_timeout: float = 0.0
     notes: tuple = ()
     batch_script: Optional[str] = None  # Slurm: a ready sbatch script
     in_process: bool = False            # spawn: ranks are torch.multiprocessing children
@@ -61,10 +71,22 @@ class Plan:
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
 
+    def ranks_here(self) -> str:
+        """The global ranks this node runs, as torchrun numbers them (node-major)."""
+        if self.node_rank is None:
+            return "ranks given by the rendezvous"
+        first = self.node_rank * self.nproc_per_node
+        last = first + self.nproc_per_node - 1
+        return f"ranks {first}–{last} of {self.world_size}" if last > first else f"rank {first} of {self.world_size}"
+
     def render(self) -> str:
         """The dry run: exact argv (shell-quoted, one command per block) and environment."""
-        lines = [f"launcher: {self.launcher} — {self.nnodes} node(s) × {self.nproc_per_node} process(es) "
-                 f"= {self.world_size} rank(s) running {self.target.describe()}"]
+        per_node = (f"{self.nproc_per_node} process(es) = {self.world_size} rank(s)" if self.nproc_per_node
+                    else "the allocation's tasks per node")
+        lines = [f"launcher: {self.launcher} — {self.nnodes} node(s) × {per_node} running {self.target.describe()}"]
+        if self.launcher != "srun" and self.nnodes > 1:
+            lines.append(f"this node: {'node ' + str(self.node_rank) if self.node_rank is not None else 'a node'}, "
+                         f"{self.ranks_here()}")
         for command in self.commands:
             lines.append(f"{command.where}{'' if command.runs_here else ' (run it there yourself)'}:")
             for key, value in sorted(command.env.items()):
@@ -72,6 +94,9 @@ class Plan:
             lines.append(f"  argv {shlex.join(command.argv)}")
         if not self.in_process and any(c.runs_here for c in self.commands):
             lines.append(f"each rank also gets {ERROR_DIR_VAR}=<a new temporary folder> for its traceback")
+        if self.join_timeout:
+            lines.append(f"start-up: a rank that does not join within {format_duration(self.join_timeout)} "
+                         "is named and the job ends (--timeout)")
         for note in self.notes:
             lines.append(f"note: {note}")
         if self.batch_script and not any(c.runs_here for c in self.commands):

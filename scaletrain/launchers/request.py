@@ -9,11 +9,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..defaults import CONNECT_TIMEOUT_S, MASTER_PORT as DEFAULT_PORT
+from ..defaults import CONNECT_TIMEOUT_S, HANG_TIMEOUT_S, MASTER_PORT as DEFAULT_PORT
 from ..errors import UsageError
 from .plan import Target
 
 LAUNCHERS = ("auto", "spawn", "torchrun", "mpirun", "srun")
+
+
+@dataclass(frozen=True)
+class SlurmResources:
+    """What a generated batch script asks Slurm for (None: left to the cluster's defaults)."""
+
+    gpus_per_node: Optional[int] = None
+    cpus_per_task: Optional[int] = None
+    time_s: Optional[float] = None
+    partition: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -31,7 +41,11 @@ class LaunchRequest:
     hosts: tuple = ()                 # mpirun: ((host, slots or None), ...)
     hostfile: Optional[str] = None    # where `hosts` came from, for messages
     sbatch: Optional[Path] = None
+    slurm: SlurmResources = SlurmResources()
+    device: Optional[str] = None      # the job's device when known (`train --device`): cuda asks Slurm for GPUs
     connect_timeout: float = CONNECT_TIMEOUT_S
+    timeout: float = HANG_TIMEOUT_S   # start-up: a rank that does not join within this is named
+    launcher_args: tuple = ()         # passed to torchrun, mpirun or srun as they are
     # Facts about this host (filled by `with_host_facts`; set directly in tests).
     python: str = sys.executable
     is_root: bool = False
@@ -44,7 +58,7 @@ class LaunchRequest:
         return bool(self.environ.get("SLURM_JOB_ID")) and not self.environ.get("SLURM_STEP_ID")
 
     def with_host_facts(self) -> "LaunchRequest":
-        from ..devices import cpu_cores
+        from ..cores import cpu_cores
 
         return replace(self, python=sys.executable, is_root=os.geteuid() == 0, cpu_cores=cpu_cores(),
                        environ=dict(os.environ), cwd=os.getcwd())
@@ -97,3 +111,11 @@ def split_endpoint(endpoint: str, default_port: int = DEFAULT_PORT) -> tuple[str
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--rdzv-endpoint {endpoint}: {port!r} is not a port; write host:port, e.g. {host}:29400")
     return host.strip("[]"), int(port)
+
+
+def rendezvous(req: LaunchRequest) -> tuple[Optional[str], Optional[int]]:
+    """The address every rank must reach, and its port: torchrun's rendezvous endpoint,
+    else the master (None where not known yet)."""
+    if req.rdzv_endpoint:
+        return split_endpoint(req.rdzv_endpoint)
+    return req.master_addr, req.master_port

@@ -1,20 +1,20 @@
 """Checks made just before a plan runs, each of which would otherwise be a hang or a
-buried error: the launcher's program is missing, the port is taken, the master address is
-not this host's, or nothing answers at the master. Each fails in one line naming the fix."""
+buried error: the launcher's program is missing, an interface variable names no interface,
+the port is taken, the master address is not this host's, nothing answers at the master.
+Each fails in one line naming the fix. The launchers pick the ones that apply to them."""
 
 from __future__ import annotations
 
 import errno
 import shutil
 import socket
+import sys
 import time
 
 from .. import netif
 from ..errors import UsageError
-from .planner import rendezvous_host
 from .ports import bind_error, free_port
-from .request import LaunchRequest, split_endpoint
-from .spawn import PORT_AT_START
+from .request import LaunchRequest
 
 INSTALL_HINT = {"mpirun": "apt-get install openmpi-bin", "srun": "apt-get install slurm-wlm"}
 UNREACHABLE = (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL)
@@ -24,6 +24,31 @@ def check_program(name: str, environ) -> None:
     if shutil.which(name, path=environ.get("PATH")) is None:
         raise UsageError(f"{name} was not found on PATH; install it ({INSTALL_HINT.get(name, name)}) "
                          f"or choose another --launcher (torchrun or spawn)")
+
+
+def check_interfaces(req: LaunchRequest) -> None:
+    """GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME naming an interface this host lacks."""
+    netif.check_interfaces(req.environ)
+
+
+def warn_if_oversubscribed(req: LaunchRequest) -> None:
+    """More ranks on this host than cores works (every wait is bounded by --timeout, not
+    by a short connect limit), but slowly: say so."""
+    if req.nproc_per_node and req.nproc_per_node > req.cpu_cores:
+        print(f"scaletrain: warning: {req.nproc_per_node} processes on {req.cpu_cores} CPU core(s) of this host: "
+              "each gets a fraction of a core, so start-up and every step are slow "
+              f"(--nproc-per-node {req.cpu_cores} gives each its own core)", file=sys.stderr, flush=True)
+
+
+def check_local_master(req: LaunchRequest) -> None:
+    """The ranks of this host join a rendezvous this host serves: --master-addr must be one
+    of this host's addresses, or start-up waits minutes for a store nobody hosts."""
+    host = req.master_addr
+    if host and not netif.is_local_address(host):
+        addrs = ", ".join(i.address for i in netif.local_interfaces() if i.name != "lo") or "none"
+        raise UsageError(f"--master-addr {host} is not an address of this host, but --launcher {req.launcher} runs "
+                         f"every rank here; leave --master-addr out (127.0.0.1) or give one of this host's "
+                         f"addresses ({addrs})")
 
 
 def _port_flag(req: LaunchRequest) -> str:
@@ -71,32 +96,5 @@ def wait_for_master(req: LaunchRequest, host: str, port: int, attempt_s: float =
         if time.monotonic() > deadline:
             raise UsageError(f"nothing is listening at the master {host}:{port} after {req.connect_timeout:g} s; "
                              f"start node 0 first, give every node the same {_port_flag(req)}, "
-                             "or wait longer with --connect-timeout SECONDS")
+                             "or wait longer with --connect-timeout")
         time.sleep(1.0)
-
-
-def serves_rendezvous(req: LaunchRequest, host: str) -> bool:
-    if req.launcher in ("spawn", "mpirun"):
-        return netif.is_local_address(host)
-    if req.rdzv_endpoint:
-        return netif.is_local_address(host)
-    return req.node_rank == 0
-
-
-def check(req: LaunchRequest) -> None:
-    """All checks for a resolved request about to run here."""
-    if req.launcher in ("mpirun", "srun"):
-        check_program(req.launcher, req.environ)
-    if req.launcher == "srun":
-        if not req.in_slurm_allocation:
-            raise UsageError("not inside a Slurm allocation (no SLURM_JOB_ID): run inside salloc or sbatch, "
-                             "or write a batch script with --sbatch FILE (or look first with --dry-run)")
-        return
-    host = rendezvous_host(req)
-    port = split_endpoint(req.rdzv_endpoint)[1] if req.rdzv_endpoint else req.master_port
-    if host is None or port == PORT_AT_START:  # the port is picked as it is bound
-        return
-    if serves_rendezvous(req, host):
-        check_port_free(req, host, port)
-    elif req.launcher == "torchrun":
-        wait_for_master(req, host, port)
