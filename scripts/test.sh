@@ -23,5 +23,5 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # constraints.txt pins torch to the build installed on these machines (no CUDA download).
-python3 -m pip install -q -c constraints.txt -e ".[test,plots]"
+python3 -m pip install -q -c constraints.txt -e ".[test]"
 python3 -m pytest "$@"

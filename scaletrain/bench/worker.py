@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..api import init
 from ..measure.clock import Clock
-from ..measure.steps import NOSYNC, SYNC, PARTS, breakdown, forever, timed_steps
+from ..measure.steps import NOSYNC, SYNC, PARTS, breakdown, forever, steps_to_measure, timed_steps
 from ..workloads import get_workload
 from .lr import lr_factor, warmup_multiplier
 from .spec import BenchSettings
@@ -60,8 +60,10 @@ def measure(settings: BenchSettings, strategy: str, threads: int | None, lr_scal
             result["epochs"] = epochs
             skip_nosync = settings.warmup
         else:
-            kinds = [SYNC] * settings.warmup + measured_kinds(settings.steps, run.world_size)
-            timed_steps(run, model, optimizer, batches, F.cross_entropy, kinds, clock, scheduler)
+            timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * settings.warmup, clock, scheduler)
+            steps = steps_to_measure(run, clock, SYNC, settings.steps, settings.min_seconds)
+            timed_steps(run, model, optimizer, batches, F.cross_entropy, measured_kinds(steps, run.world_size), clock,
+                        scheduler)
             skip_nosync = 0
         parts = breakdown(clock, settings.warmup, skip_nosync)
         # Every rank measured its own steps; the job's figures are the ranks' averages

@@ -9,6 +9,7 @@ wall time that none of the parts explains (loop overhead, waiting on another pro
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Iterator, Optional
 
 import torch
@@ -45,6 +46,17 @@ def timed_steps(run, model, optimizer, batches: Iterator, loss_fn: Callable, kin
             scheduler.step()
         clock.mark("opt")
     clock.start_step("end")  # closes the last step's wall time
+
+
+def steps_to_measure(run, clock: Clock, kind: str, wanted: int, min_seconds: float) -> int:
+    """At least `wanted` steps, more when steps are short: enough to last `min_seconds` at the
+    pace of the warm-up steps recorded on `clock` (a few milliseconds of steps are at the mercy
+    of one hiccup of the machine). Every rank gets the same count: ranks must run the same
+    number of synchronised steps."""
+    walls = clock.step_walls(kind)
+    pace = median(walls[len(walls) // 2:]) if walls else 0.0  # the later warm-up steps
+    needed = max(wanted, math.ceil(min_seconds / pace)) if pace > 0 else wanted
+    return max(wanted, math.ceil(run.mean(float(needed))))
 
 
 def breakdown(clock: Clock, skip: int = 0, skip_nosync: int = 0) -> dict:
