@@ -8,8 +8,10 @@ from scaletrain.plan import formulas as f
 from scaletrain.plan.cost_models import ddp_comm
 from scaletrain.plan.predict import predict
 from scaletrain.plan.probe import Compute, Link, Probe
-from scaletrain.plan.scenario import Options, scenario
+from scaletrain.plan.scenario import scenario
 from scaletrain.plan.stages import stage_groups
+
+from .test_measure_formulas import _options as options
 
 MB = 1_000_000
 
@@ -25,13 +27,6 @@ def probe(block_s=(0.004, 0.004, 0.020, 0.004), block_params=(2_000, 4_000, 1_00
                  footprint=footprint, link=Link(alpha_s=1e-4, busbw=1e9, nproc=2, source="test"),
                  block_s=block_s, block_micro_s=tuple(t / 3 for t in block_s), microbatch_size=8,
                  block_params=block_params)
-
-
-def options(**kw):
-    values = dict(procs_per_node=2, cores=2, link_gbps=10.0, link_latency_s=2e-5, overlap=0.0, microbatches=4,
-                  device_memory_bytes=1e12)
-    values.update(kw)
-    return Options(**values)
 
 
 def test_stages_are_cut_as_the_strategies_cut_them():

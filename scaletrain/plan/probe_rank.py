@@ -6,7 +6,8 @@ all-reduce is replaced by a hook that does only its local part (dividing each bu
 world size).
 So the step time measured is a rank's computation as it will be in the real job, next to its
 neighbours, minus the communication; a synchronous step waits for the slowest rank, so the
-step time is, step by step, the slowest rank's. Then the same processes time the all-reduce
+step time is, step by step, the slowest rank's, and (as in bench) the mean over the steps:
+what training gets, hiccups included. Then the same processes time the all-reduce
 alone, for a small message (latency) and for each of DDP's gradient buckets (bandwidth).
 
 On one process the job also counts the model's bytes and times each top-level block
@@ -85,7 +86,7 @@ def measure_probe_round(spec: dict) -> dict:
                  (("start", "data"), ("data", "fb"), ("fb", "opt"))]
         parts = run.mean(torch.tensor(parts, dtype=torch.float64)).tolist()
         result = {"world_size": run.world_size, "threads": run.threads, "device": str(run.device),
-                  "backend": run.backend, "pinned_cores": run.cores, "step_s": statistics.median(slowest),
+                  "backend": run.backend, "pinned_cores": run.cores, "step_s": sum(slowest) / len(slowest),
                   "data_s": parts[0], "fb_s": parts[1], "optimizer_s": parts[2], "steps": len(slowest)}
         module = run.unwrap(model)
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
