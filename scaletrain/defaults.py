@@ -47,3 +47,26 @@ LOG_EVERY_STEPS = 10
 
 #: ... or every this many seconds, whichever comes first (`--log-every-seconds`).
 LOG_EVERY_SECONDS = 60.0
+
+#: `scaletrain bench` measures in rounds until its verdict is decided or this many seconds
+#: of rounds are spent (`--budget`): on a 2-core machine a round of the default bench takes
+#: about half a minute, so this leaves room for the rounds a noisy machine needs.
+BENCH_BUDGET_S = 240.0
+
+#: Rounds a bench runs before its verdict may stop it (the interval of 2 rounds is wide and
+#: rests on one degree of freedom), and the most it runs however fast rounds are.
+BENCH_MIN_ROUNDS = 3
+BENCH_MAX_ROUNDS = 50
+
+#: The speedup over one process from which distributing counts as worth it (`--worth-at`):
+#: below it the gain does not pay for the extra processes.
+WORTH_AT_SPEEDUP = 1.1
+
+#: Alternating rounds of `scaletrain plan`'s measurements (`--probe-rounds`): the spread of
+#: the predictions over them is the plan's expected error.
+PLAN_PROBE_ROUNDS = 3
+
+#: Measured steps of a bench configuration or a plan's probe last at least this many seconds
+#: (`--min-seconds`): `--steps` steps of a small model take a few milliseconds, at the mercy of
+#: one hiccup of the machine.
+BENCH_MEASURE_S = 1.5

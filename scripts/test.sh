@@ -24,5 +24,5 @@ fi
 
 # constraints.txt pins torch to the build installed on these machines (no CUDA download).
 # The trackers are extras; their tests read each tool's own files back, so CI installs them.
-python3 -m pip install -q -c constraints.txt -e ".[test,plots,trackers]"
+python3 -m pip install -q -c constraints.txt -e ".[test,trackers]"
 python3 -m pytest "$@"

@@ -24,6 +24,10 @@ def run_in_process(argv, capsys) -> tuple[int, str]:
     (["bench", "--strategy", "single", "--nproc", "2"], "--strategy ddp"),
     (["bench", "--model", "nosuchmodule:build"], "--model"),
     (["bench", "--steps", "0"], "--steps"),
+    (["bench", "--budget", "0"], "--budget"),
+    (["bench", "--rounds", "0"], "--rounds"),
+    (["bench", "--worth-at", "-1"], "--worth-at"),
+    (["bench", "--comm", "/nonexistent/comm.json"], "--comm"),
     (["comm", "--ops", "all_to_all"], "--ops"),
     (["comm", "--sizes", "3Q"], "--sizes"),
     (["comm", "--nproc", "1"], "--nproc 2"),
@@ -32,6 +36,8 @@ def run_in_process(argv, capsys) -> tuple[int, str]:
     (["plan", "--comm", "/nonexistent/comm.json"], "--comm"),
     (["plan", "--overlap", "2"], "--overlap"),
     (["plan", "--strategy", "nosuch"], "--strategy"),
+    (["plan", "--probe-rounds", "0"], "--probe-rounds"),
+    (["plan", "--out", "/nonexistent/plan.json"], "--out"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, words):
     monkeypatch.chdir(tmp_path)

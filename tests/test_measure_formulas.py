@@ -11,8 +11,9 @@ from scaletrain.comm.bandwidth import algbw, bus_factor, busbw, human_bytes, par
 from scaletrain.errors import UsageError
 from scaletrain.measure.footprint import Footprint
 from scaletrain.plan import formulas as f
-from scaletrain.plan.predict import Options, predict, predict_all, threads_needed
-from scaletrain.plan.probe import Link, Probe, link_from_rows
+from scaletrain.plan.predict import predict, predict_all
+from scaletrain.plan.probe import Compute, Link, Probe, link_from_rows
+from scaletrain.plan.scenario import Options, threads_needed
 from scaletrain.plan.verdict import verdicts
 
 
@@ -117,13 +118,24 @@ def test_link_from_comm_rows_separates_latency_from_bandwidth():
     rows = [{"op": "all_reduce", "bytes": 4096, "seconds": 2e-4, "world_size": 2},
             {"op": "all_reduce", "bytes": 8_000_000, "seconds": 8.2e-3, "world_size": 2},
             {"op": "broadcast", "bytes": 4096, "seconds": 1.0, "world_size": 2}]
-    link = link_from_rows(rows, 8e6, "test")
+    link = link_from_rows(rows, "test")
     assert link.alpha_s == pytest.approx(1e-4)
     assert link.busbw == pytest.approx(8e6 / 8e-3)
     # the model gives back the measured time at the measured size
     assert f.ring_all_reduce_seconds(8e6, 2, link.busbw, link.alpha_s) == pytest.approx(8.2e-3)
     with pytest.raises(UsageError, match="all_reduce"):
-        link_from_rows(rows[2:], 8e6, "test")
+        link_from_rows(rows[2:], "test")
+
+
+def test_link_keeps_the_bandwidth_of_each_measured_size():
+    rows = [{"op": "all_reduce", "bytes": 4096, "seconds": 2e-4, "world_size": 2},
+            {"op": "all_reduce", "bytes": 1_000_000, "seconds": 2.2e-3, "world_size": 2},
+            {"op": "all_reduce", "bytes": 8_000_000, "seconds": 8.2e-3, "world_size": 2}]
+    link = link_from_rows(rows, "test")
+    assert link.busbw_for(900_000) == pytest.approx(1e6 / 2e-3)  # small messages: the 1 MB figure
+    assert link.busbw_for(30_000_000) == pytest.approx(8e6 / 8e-3) == link.busbw
+    for size, seconds in ((1e6, 2.2e-3), (8e6, 8.2e-3)):  # every measured size comes back exactly
+        assert f.ring_all_reduce_seconds(size, 2, link.busbw_for(size), link.alpha_s) == pytest.approx(seconds)
 
 
 def _probe(step_2_threads=0.1, step_1_thread=0.15, grad=8_000_000, busbw=1e9, alpha=1e-4):
@@ -131,9 +143,11 @@ def _probe(step_2_threads=0.1, step_1_thread=0.15, grad=8_000_000, busbw=1e9, al
                           activation_bytes_per_sample=1000.0, largest_block_param_bytes=grad // 2,
                           block_param_bytes=(grad // 4, grad // 2, grad // 8, grad // 8), grad_tensor_bytes=(grad,),
                           boundary_bytes_per_sample=100.0)
-    return Probe(workload="w", batch_size=32, device_type="cpu", cores=2,
-                 step_s={2: step_2_threads, 1: step_1_thread}, footprint=footprint,
-                 link=Link(alpha_s=alpha, busbw=busbw, nproc=2, source="test"))
+    # steps of data 1 ms, optimizer 9 ms, the rest forward + backward
+    compute = {2: Compute(step_2_threads, 1e-3, step_2_threads - 1e-2, 9e-3, 1),
+               1: Compute(step_1_thread, 1e-3, step_1_thread - 1e-2, 9e-3, 2)}
+    return Probe(workload="w", batch_size=32, device_type="cpu", cores=2, compute=compute, footprint=footprint,
+                 link=Link(alpha_s=alpha, busbw=busbw, nproc=2, source="test"), block_params=(2, 4, 1, 1))
 
 
 def _options(**kw):
@@ -189,11 +203,23 @@ def test_verdicts_say_when_distributing_does_not_pay_and_what_fits():
 def test_plan_report_prints_measurements_table_and_conclusions(capsys):
     from scaletrain.plan.report import print_plan
 
-    probe, options = _probe(), _options()
-    predictions = predict_all(probe, ["single", "ddp", "fsdp", "pipeline"], [1, 2, 8], options)
-    print_plan(probe, options, predictions, verdicts(predictions, options.device_memory_bytes))
+    from scaletrain.plan.summary import expected_error, median_predictions, median_probe, step_spreads
+    from scaletrain.plan.verdict import error_line
+
+    probes, options = [_probe(), _probe(step_1_thread=0.16), _probe(step_1_thread=0.17)], _options()
+    rounds = [predict_all(p, ["single", "ddp", "fsdp", "pipeline"], [1, 2, 8], options) for p in probes]
+    predictions, spreads = median_predictions(rounds)
+    ddp2 = next(p for p in predictions if (p.strategy, p.world_size) == ("ddp", 2))
+    assert ddp2.speedup == sorted(r.speedup for ps in rounds for r in ps if (r.strategy, r.world_size) == ("ddp", 2))[1]
+    assert spreads[("ddp", 2)].low < ddp2.speedup < spreads[("ddp", 2)].high
+    error = expected_error(spreads)
+    assert 0 < error < 1
+    conclusions = verdicts(predictions, options.device_memory_bytes) + [error_line(error, 3)]
+    print_plan(median_probe(probes), options, predictions, spreads, step_spreads(probes), 3, conclusions)
     shown = capsys.readouterr().out
     assert "bus bandwidth 1.00 GB/s" in shown and "pipeline" in shown and "memory/device" in shown
+    assert "95% interval" in shown and f"Expected error: ±{error:.0%}" in shown
+    assert "160.0 ms" in shown  # the median over the rounds of the 1-thread step
 
 
 def test_more_processes_than_cores_share_them():
@@ -209,9 +235,3 @@ def test_bench_measures_sync_and_nosync_steps_in_blocks():
     assert measured_kinds(3, 1) == ["sync"] * 3
     kinds = measured_kinds(7, 2)
     assert kinds == (["sync"] * 5 + ["nosync"] * 5) * 2
-
-
-def test_corun_takes_the_slowest_copy_step_by_step():
-    from scaletrain.plan.corun import slowest_per_step
-
-    assert slowest_per_step([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5, 9.0]]) == [3.0, 5.0, 2.5]

@@ -38,3 +38,21 @@ def test_timed_steps_train_and_break_each_step_down():
         assert fp.block_param_bytes == tuple(4 * sum(p.numel() for p in b.parameters()) for b in model.children())
         assert fp.boundary_bytes_per_sample == 256 * 4  # fc1..fc3 each output 256 floats per sample
         assert fp.activation_bytes_per_sample > 0
+
+
+def test_short_steps_are_measured_for_long_enough():
+    from scaletrain.measure.steps import steps_to_measure
+
+    workload = get_workload("digits-mlp")
+    with scaletrain.init(strategy="single", threads=1, environ={}) as run:
+        train, _ = workload.build_datasets(0)
+        model = workload.build_model()
+        model, optimizer = run.setup(model, torch.optim.Adam(model.parameters()))
+        clock = Clock(run.device)
+        timed_steps(run, model, optimizer, forever(run.loader(train, batch_size=16)), F.cross_entropy, [SYNC] * 6,
+                    clock)
+        pace = sorted(clock.step_walls(SYNC)[3:])[1]  # the median of the later warm-up steps
+        assert steps_to_measure(run, clock, SYNC, 4, 0.0) == 4
+        wanted = steps_to_measure(run, clock, SYNC, 4, 1000 * pace)
+        assert 999 <= wanted <= 1001
+        assert steps_to_measure(run, clock, SYNC, 5000, 1000 * pace) == 5000

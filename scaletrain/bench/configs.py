@@ -1,5 +1,6 @@
-"""Which configurations a bench measures: the threads-only baseline, then each strategy at
-each world size (and, for accuracy runs on several processes, each learning-rate rule)."""
+"""Which configurations a bench measures: the threads-only loop, then each strategy at each
+world size — always including one process, the reference every speedup is measured against —
+and, for accuracy runs on several processes, each learning-rate rule."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ BASELINE_LABEL = "threads-only ×1"
 
 def bench_configs(strategies: list[str], nprocs: list[int], lr_rules: list[str], cores: int | None,
                   accuracy: bool) -> tuple[list[RunSpec], list[str]]:
-    """(configurations, notes on what was left out). The baseline comes first: one process
-    with every core (`cores` threads; None on GPUs), what a user gets without distributing."""
+    """(configurations, notes on what was left out). The threads-only loop comes first: one
+    process of the `single` strategy with every core (`cores` threads; None on GPUs). Each
+    strategy runs on one process too, whether or not `nprocs` names 1: its one-process run,
+    through the same code path as its distributed ones, is what their speedup is against."""
     configs = [RunSpec("single", 1, threads=cores, label=BASELINE_LABEL, baseline=True)]
     notes = []
     for name in strategies:
-        for n in nprocs:
+        for n in sorted({1, *nprocs}):
             if not REGISTRY[name].multi_process and n > 1:
                 notes.append(f"{name} on {n} processes left out: {name} runs one process")
                 continue

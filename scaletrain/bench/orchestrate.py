@@ -1,79 +1,63 @@
-"""Running every configuration of a bench, each in fresh processes, and combining the results.
+"""The jobs a bench runs every round: each configuration in fresh processes, and the plan's
+measurements for the predictions.
 
 Each configuration is a job of its own (spawn), so that no configuration inherits another's
-threads, memory or process group. With --repeat the configurations run round after round,
-in alternating order, and every figure is the median over the rounds: load from elsewhere
-on the machine then hits all configurations alike.
+threads, memory or process group, and each round starts every job afresh: what a process
+happens to get (its memory, its cores) varies between rounds, and the intervals include it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
-import statistics
 from pathlib import Path
-from typing import Callable
+from typing import Optional
 
-from ..launchers.facade import spawn
-from ..measure.steps import PARTS
+from ..measure.jobs import run_job
+from .rounds import Job
 from .spec import BenchSettings, RunSpec, to_argv
 
 RESULT_FILE = "result.json"
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+PROBE_KEY = "plan's measurements"
 
 
 def measure_config(settings: BenchSettings, spec: RunSpec, folder: Path) -> dict:
-    code = spawn([*to_argv(settings, spec), "--out", str(folder)], spec.nproc)
+    code = run_job([*to_argv(settings, spec), "--out", str(folder)], spec.nproc)
     if code != 0 or not (folder / RESULT_FILE).exists():
         raise RuntimeError(f"measuring {spec.key} failed (exit status {code}); its error is printed above")
     return json.loads((folder / RESULT_FILE).read_text())
 
 
-def run_rounds(settings: BenchSettings, configs: list[RunSpec], repeat: int, out: Path,
-               say: Callable[[str], None]) -> dict[str, list[dict]]:
-    results: dict[str, list[dict]] = {spec.key: [] for spec in configs}
-    for round_index in range(repeat):
-        order = configs if round_index % 2 == 0 else configs[::-1]
-        for spec in order:
-            folder = out / "runs" / f"{slug(spec.key)}-{round_index + 1}"
-            result = measure_config(settings, spec, folder)
-            results[spec.key].append(result)
-            accuracy = f", held-out accuracy {result['eval_accuracy']:.3f}" if "eval_accuracy" in result else ""
-            say(f"  {spec.key}: {result['samples_per_s']:,.0f} samples/s{accuracy}"
-                f"{f' (round {round_index + 1}/{repeat})' if repeat > 1 else ''}")
-    return results
+def _config_line(result: dict) -> str:
+    accuracy = f", held-out accuracy {result['eval_accuracy']:.3f}" if "eval_accuracy" in result else ""
+    return f"{result['samples_per_s']:,.0f} samples/s{accuracy}"
 
 
-def _median(rows: list[dict], key: str):
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return statistics.median(values) if values else None
+def _probe_line(result: dict) -> str:
+    probe = result["probe"]
+    steps = ", ".join(f"{c.copies} × {t} thread(s) {c.step_s * 1e3:.1f} ms"
+                      for t, c in sorted(probe.compute.items(), reverse=True))
+    return f"step without communication: {steps}"
 
 
-def combine(configs: list[RunSpec], results: dict[str, list[dict]]) -> list[dict]:
-    """One row per configuration: medians over the rounds, speedup and efficiency against
-    the baseline's samples per second."""
-    rows = []
-    for spec in configs:
-        runs = results[spec.key]
-        row = {"label": spec.key, "strategy": spec.strategy, "nproc": spec.nproc, "baseline": spec.baseline,
-               "rounds": len(runs), "threads_per_process": runs[0]["threads_per_process"],
-               "global_batch_size": runs[0]["global_batch_size"], "lr_scaling": spec.lr_scaling,
-               "lr_factor": runs[0]["lr_factor"], "lr": runs[0]["lr"], "lr_warmup_steps": runs[0]["lr_warmup_steps"],
-               "backend": runs[0]["backend"], "device": runs[0]["device"],
-               "samples_per_s_rounds": [r["samples_per_s"] for r in runs]}
-        for key in ("samples_per_s", "step_s", *PARTS, "eval_accuracy", "eval_loss"):
-            value = _median(runs, key)
-            if value is not None:
-                row[key] = value
-        rows.append(row)
-    base_runs = results[next(spec.key for spec in configs if spec.baseline)]
-    for spec, row in zip(configs, rows):
-        # Ratios within a round (taken minutes apart at most), then the median over rounds.
-        ratios = [r["samples_per_s"] / b["samples_per_s"] for r, b in zip(results[spec.key], base_runs)]
-        row["speedup"] = statistics.median(ratios)
-        row["speedup_rounds"] = ratios
-        row["efficiency"] = row["speedup"] / row["nproc"]
-    return rows
+def config_job(settings: BenchSettings, spec: RunSpec) -> Job:
+    def run(folder: Path, round_index: int) -> dict:
+        # Accuracy: a new seed each round (weights, data order), so that the interval shows
+        # how much held-out accuracy moves with the seed alone.
+        chosen = dataclasses.replace(settings, seed=settings.seed + round_index) if settings.accuracy else settings
+        return measure_config(chosen, spec, folder)
+
+    return Job(spec.key, run, _config_line)
+
+
+def probe_job(probe_plan) -> Job:
+    def run(folder: Path, round_index: int) -> dict:
+        return {"probe": probe_plan.run_round(folder, reverse=round_index % 2 == 1)}
+
+    return Job(PROBE_KEY, run, _probe_line)
+
+
+def bench_jobs(settings: BenchSettings, configs: list[RunSpec], probe_plan: Optional[object]) -> list[Job]:
+    """The plan's measurements first (when predicting), then the configurations."""
+    jobs = [config_job(settings, spec) for spec in configs]
+    return ([probe_job(probe_plan)] if probe_plan is not None else []) + jobs

@@ -1,4 +1,5 @@
-"""The bench's pictures, drawn with matplotlib into PNG files (no display needed)."""
+"""The bench's pictures, drawn with matplotlib into PNG files (no display needed). Every
+measured or predicted point carries its 95% interval over the rounds as an error bar."""
 
 from __future__ import annotations
 
@@ -35,48 +36,71 @@ def _save(fig, ax, path: Path, title: str) -> Path:
     return path
 
 
-def speedup_plot(rows: list[dict], path: Path, title: str) -> Path:
-    """Measured speedup per strategy against world size, the ideal line (speedup = processes),
-    the threads-only baseline (1×) and, where the plan has a model, the predicted speedup."""
+def _yerr(spreads: list) -> list[list[float]]:
+    """Matplotlib's asymmetric error bars (below, above) from intervals; none where unknown."""
+    below = [s.median - s.low if s.known else 0.0 for s in spreads]
+    above = [s.high - s.median if s.known else 0.0 for s in spreads]
+    return [below, above]
+
+
+def speedup_plot(rows: list[dict], path: Path, title: str, worth_at: float) -> Path:
+    """Measured speedup per strategy against world size, with 95% intervals; the ideal line
+    (speedup = processes); one process (1×, the reference); the speedup from which
+    distributing pays; and, where the plan has a model, the predicted speedup."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
     sizes = sorted({r["nproc"] for r in rows})
     top = max(sizes)
     ax.plot([1, top], [1, top], linestyle="--", color="black", linewidth=1, label="ideal (speedup = processes)")
-    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="threads-only baseline (1 process, all cores)")
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="one process (the reference)")
+    ax.axhline(worth_at, color="#2a9d8f", linewidth=1, linestyle="-.", label=f"worth it from {worth_at:g}×")
     series: dict[str, list[dict]] = {}
     for r in rows:
-        if not r["baseline"]:
+        if not r["baseline"] and r.get("speedup") is not None:
             name = r["strategy"] + (f", lr {r['lr_scaling']}" if r["lr_scaling"] != "none" else "")
             series.setdefault(name, []).append(r)
+    highest = [top, worth_at]
     for name, points in series.items():
         points.sort(key=lambda r: r["nproc"])
-        line, = ax.plot([r["nproc"] for r in points], [r["speedup"] for r in points], marker="o",
-                        label=f"{name} measured")
+        measured = [r["speedup"] for r in points]
+        bars = ax.errorbar([r["nproc"] for r in points], [s.median for s in measured], yerr=_yerr(measured),
+                           marker="o", capsize=4, label=f"{name} measured (95% interval)")
+        colour = bars.lines[0].get_color()
         predicted = [(r["nproc"], r["predicted_speedup"]) for r in points if r.get("predicted_speedup") is not None]
         if predicted:
-            ax.plot(*zip(*predicted), marker="x", linestyle=":", color=line.get_color(), label=f"{name} predicted")
-        for r in points:
-            ax.annotate(f"{r['speedup']:.2f}×", (r["nproc"], r["speedup"]), textcoords="offset points",
-                        xytext=(6, -12), fontsize=8)
+            spreads = [p for _, p in predicted]
+            ax.errorbar([n + 0.04 * top for n, _ in predicted], [p.median for p in spreads], yerr=_yerr(spreads),
+                        marker="x", linestyle=":", capsize=3, color=colour, label=f"{name} predicted")
+            highest += [p.high if p.known else p.median for p in spreads]
+        for r, s in zip(points, measured):
+            ax.annotate(f"{s.median:.2f}×", (r["nproc"], s.median), textcoords="offset points", xytext=(6, -12),
+                        fontsize=8)
+        highest += [s.high if s.known else s.median for s in measured]
+    loops = [r for r in rows if r["baseline"] and r.get("speedup") is not None and not r.get("reference")]
+    for r in loops:  # the plain threads-only loop, for comparison
+        ax.errorbar([r["nproc"]], [r["speedup"].median], yerr=_yerr([r["speedup"]]), marker="s", color="grey",
+                    capsize=4, linestyle="none", label=f"{r['label']} (95% interval)")
+        highest.append(r["speedup"].high if r["speedup"].known else r["speedup"].median)
     ax.set_xticks(sizes)
     ax.set_xlabel("processes")
-    ax.set_ylabel("speedup (samples/s ÷ baseline samples/s)")
-    highest = max([top, *(r["speedup"] for r in rows), *(r.get("predicted_speedup") or 0 for r in rows)])
-    ax.set_ylim(0, highest * 1.1)
+    ax.set_ylabel("speedup (samples/s ÷ one process's, per round)")
+    ax.set_ylim(0, max(highest) * 1.1)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return _save(fig, ax, path, title)
 
 
 def accuracy_plot(rows: list[dict], path: Path, title: str) -> Path:
-    """Held-out accuracy per configuration, with its effective batch and learning rate."""
+    """Held-out accuracy per configuration (median over rounds, one seed per round, with its
+    95% interval), with its effective batch and learning rate."""
     fig, ax = _bar_figure(rows)
     labels = [r["label"] for r in rows]
-    values = [r.get("eval_accuracy", 0.0) for r in rows]
-    ax.barh(labels, values, color="#4878d0")
+    spreads = [r.get("eval_accuracy") for r in rows]
+    values = [s.median if s is not None else 0.0 for s in spreads]
+    known = [s for s in spreads if s is not None]
+    ax.barh(labels, values, color="#4878d0", xerr=_yerr(known) if len(known) == len(spreads) else None, capsize=4)
     for y, r in enumerate(rows):
-        ax.text(values[y], y, f" {values[y]:.3f}  (batch {r['global_batch_size']}, lr {r['lr']:.2g})",
+        ax.text(values[y], y, f"  {values[y]:.3f}  (batch {r['global_batch_size']}, lr {r['lr']:.2g})",
                 va="center", fontsize=8)
     ax.invert_yaxis()
     low = min(values)
@@ -87,20 +111,24 @@ def accuracy_plot(rows: list[dict], path: Path, title: str) -> Path:
 
 
 def breakdown_plot(rows: list[dict], path: Path, title: str) -> Path:
-    """One stacked bar per configuration: where a step's time goes, in milliseconds."""
+    """One stacked bar per configuration: where a step's time goes, in milliseconds (medians
+    over the rounds), and the whole step's 95% interval as an error bar."""
     fig, ax = _bar_figure(rows)
     labels = [r["label"] for r in rows]
     left = [0.0] * len(rows)
     for part in PARTS:
-        widths = [(r.get(part) or 0.0) * 1e3 for r in rows]
+        widths = [(r[part].median if r.get(part) is not None else 0.0) * 1e3 for r in rows]
         ax.barh(labels, widths, left=left, color=_PART_COLOURS[part], label=_PART_NAMES[part])
         left = [a + b for a, b in zip(left, widths)]
+    steps = [r["step_s"] for r in rows]
+    ax.errorbar([s.median * 1e3 for s in steps], range(len(rows)), xerr=[[v * 1e3 for v in side] for side in _yerr(steps)],
+                fmt="|", color="black", capsize=4, label="whole step (95% interval)")
     for y, (total, r) in enumerate(zip(left, rows)):
-        ax.text(total, y, f" {r['step_s'] * 1e3:.1f} ms/step, {r['global_batch_size']} samples",
-                va="center", fontsize=8)
+        ax.text(max(total, steps[y].high * 1e3 if steps[y].known else 0.0), y,
+                f"  {steps[y].median * 1e3:.1f} ms/step, {r['global_batch_size']} samples", va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds per step (median)")
-    ax.set_xlim(0, max(left) * 1.45)
+    ax.set_xlim(0, max([*left, *(s.high * 1e3 for s in steps if s.known)]) * 1.45)
     # Below the axes, in one row: inside them it would cover a bar or its label.
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(PARTS), frameon=False)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     return _save(fig, ax, path, title)

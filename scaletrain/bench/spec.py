@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
+from ..defaults import BENCH_MEASURE_S
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -35,7 +37,9 @@ class BenchSettings:
     dataset: Optional[str] = None
     batch_size: int = 32
     steps: int = 30
-    """Measured synchronised steps (throughput runs); as many no-sync steps are interleaved."""
+    """Measured synchronised steps at least (throughput runs); as many no-sync steps are interleaved."""
+    min_seconds: float = BENCH_MEASURE_S
+    """More steps when `steps` would not last this long (small models)."""
     warmup: int = 5
     """Steps left out of every median first."""
     accuracy: bool = False
@@ -57,7 +61,8 @@ def to_argv(settings: BenchSettings, spec: RunSpec) -> list[str]:
     """The `scaletrain bench` command line that measures `spec` as one rank of a job."""
     argv = ["bench", "--strategy", spec.strategy, "--workload", settings.workload,
             "--batch-size", str(settings.batch_size), "--steps", str(settings.steps),
-            "--warmup", str(settings.warmup), "--seed", str(settings.seed), "--lr-scaling", spec.lr_scaling]
+            "--warmup", str(settings.warmup), "--seed", str(settings.seed), "--lr-scaling", spec.lr_scaling,
+            "--min-seconds", str(settings.min_seconds)]
     for flag, value in (("--model", settings.model), ("--dataset", settings.dataset),
                         ("--epochs", settings.epochs), ("--lr", settings.lr),
                         ("--lr-warmup-steps", settings.lr_warmup_steps), ("--backend", settings.backend),

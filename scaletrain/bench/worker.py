@@ -1,9 +1,10 @@
 """One bench configuration, measured as one rank of a job (written on the public API).
 
-Throughput runs: warm-up steps, then blocks of synchronised and no-sync steps in turn, so
-that exposed communication is the difference of two medians taken under the same load.
-Accuracy runs: whole epochs of synchronised steps with the learning-rate rule and warm-up,
-the held-out evaluation, then a few no-sync steps for the breakdown.
+Throughput runs: warm-up steps, then synchronised steps one after another as training runs
+them (samples/s is from their wall time), then — on several processes — blocks of
+synchronised and no-sync steps in turn, so that exposed communication is the difference of
+two medians taken under the same load. Accuracy runs: whole epochs of synchronised steps
+with the learning-rate rule and warm-up, the held-out evaluation, then the blocks.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from ..api import init
 from ..measure.clock import Clock
-from ..measure.steps import NOSYNC, SYNC, PARTS, breakdown, forever, timed_steps
+from ..measure.steps import NOSYNC, SYNC, PARTS, breakdown, forever, steps_to_measure, timed_steps
 from ..workloads import get_workload
 from .lr import lr_factor, warmup_multiplier
 from .spec import BenchSettings
@@ -55,15 +56,20 @@ def measure(settings: BenchSettings, strategy: str, threads: int | None, lr_scal
             timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * (epochs * len(loader)), clock,
                         scheduler)
             result.update({f"eval_{k}": v for k, v in run.evaluate(model, held_out).items()})
-            if run.world_size > 1:
-                timed_steps(run, model, optimizer, batches, F.cross_entropy, [NOSYNC] * (settings.warmup + 10), clock)
             result["epochs"] = epochs
-            skip_nosync = settings.warmup
+            skip, steps = settings.warmup, settings.steps
         else:
-            kinds = [SYNC] * settings.warmup + measured_kinds(settings.steps, run.world_size)
-            timed_steps(run, model, optimizer, batches, F.cross_entropy, kinds, clock, scheduler)
-            skip_nosync = 0
-        parts = breakdown(clock, settings.warmup, skip_nosync)
+            warming = Clock(run.device)
+            timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * settings.warmup, warming, scheduler)
+            steps = steps_to_measure(run, warming, SYNC, settings.steps, settings.min_seconds)
+            timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * steps, clock, scheduler)
+            skip = 0
+        comm_clock = None
+        if run.world_size > 1:  # then the blocks that tell communication from computation
+            comm_clock = Clock(run.device)
+            timed_steps(run, model, optimizer, batches, F.cross_entropy, measured_kinds(steps, run.world_size),
+                        comm_clock, scheduler)
+        parts = breakdown(clock, skip, comm_clock)
         # Every rank measured its own steps; the job's figures are the ranks' averages
         # (one collective, after the measurement).
         keys = ["step_s", *PARTS]

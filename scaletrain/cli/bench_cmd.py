@@ -1,6 +1,8 @@
 """`scaletrain bench`: measure samples/s, speedup, efficiency, where each step's time goes and
 (with --accuracy) held-out accuracy, for strategies and world sizes, against one process
-using every core; the plan's prediction is printed beside each measurement.
+measured the same way; rounds go on until the speedup's 95% interval decides whether
+distributing is worth it, or the budget is spent; the plan's prediction is checked against
+each measurement.
 
 Not launched: checks everything, then measures each configuration in its own fresh job.
 Started by a launcher (torchrun, mpirun, srun): measures this job's one configuration and
@@ -14,9 +16,11 @@ import os
 import time
 from pathlib import Path
 
+from ..defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
 from ..errors import UsageError
-from .parsing import positive_int
-from .plan_cmd import add_model_arguments, add_prediction_arguments, parse_int_list, parse_strategies
+from .parsing import positive_float, positive_int
+from .plan_cmd import (add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
+                       parse_strategies)
 
 NAME = "bench"
 HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies against one process"
@@ -27,10 +31,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", default="1,2", help="comma-separated world sizes (default 1,2)")
     add_model_arguments(p, None, "default synthetic-cnn; digits-cnn with --accuracy")
     p.add_argument("--steps", type=positive_int, default=30,
-                   help="measured steps per configuration, after warm-up (default 30)")
+                   help="measured steps per configuration at least, after warm-up (default 30)")
     p.add_argument("--warmup", type=positive_int, default=5, help="steps left out first (default 5)")
-    p.add_argument("--repeat", type=positive_int, default=1,
-                   help="rounds over all configurations, in alternating order; figures are medians (default 1)")
+    add_min_seconds_argument(p)
+    p.add_argument("--budget", type=positive_float, default=BENCH_BUDGET_S, metavar="SECONDS",
+                   help="rounds (every configuration, in alternating order) go on until the verdict is decided "
+                        f"or the next would end past this many seconds (default {BENCH_BUDGET_S:g})")
+    p.add_argument("--rounds", type=positive_int,
+                   help="exactly this many rounds, whatever the verdict and the budget")
+    p.add_argument("--worth-at", type=positive_float, default=WORTH_AT_SPEEDUP, metavar="SPEEDUP",
+                   help="speedup over one process from which distributing is worth it "
+                        f"(default {WORTH_AT_SPEEDUP:g})")
     p.add_argument("--threads", type=positive_int,
                    help="CPU threads per process of the distributed runs (default: cores ÷ processes)")
     p.add_argument("--accuracy", action="store_true",
@@ -55,7 +66,8 @@ def settings_from_args(args: argparse.Namespace):
     if args.lr_warmup_steps is not None and args.lr_warmup_steps < 0:
         raise UsageError(f"--lr-warmup-steps {args.lr_warmup_steps}: must be 0 or more")
     return BenchSettings(workload=workload, model=args.model, dataset=args.dataset, batch_size=args.batch_size,
-                         steps=args.steps, warmup=args.warmup, accuracy=args.accuracy, epochs=args.epochs,
+                         steps=args.steps, warmup=args.warmup, min_seconds=args.min_seconds,
+                         accuracy=args.accuracy, epochs=args.epochs,
                          lr=args.lr, lr_warmup_steps=args.lr_warmup_steps, seed=args.seed,
                          backend=None if args.backend == "auto" else args.backend,
                          device=None if args.device == "auto" else args.device)
@@ -115,11 +127,6 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     choose_backend(settings.backend, device.type)
     args.workload = settings.workload
     workload = workload_from_args(args)
-    try:
-        import matplotlib  # noqa: F401  (the plots need it; find out before measuring)
-    except ImportError:
-        raise UsageError("bench draws its plots with matplotlib, which is not installed; "
-                         "pip install matplotlib (or pip install 'scaletrain[plots]')") from None
     configs, notes = bench_configs(strategies, nprocs, rules, cpu_cores() if device.type == "cpu" else None,
                                    settings.accuracy)
     if len(configs) < 2:
@@ -128,56 +135,40 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     if args.nproc_per_node is None and device.type == "cpu":
         args.nproc_per_node = max(nprocs)  # bench runs every configuration on this one machine
     options = options_from_args(args, device.type)
+    if args.comm is not None and not args.comm.is_file():
+        raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
     out = create_out(check_out(args.out or default_out("bench", max(nprocs))))
-    return measure_and_report(args, settings, workload, configs, notes, nprocs, options, out)
+    return measure_and_report(args, settings, workload, configs, notes, nprocs, options, device.type, out)
 
 
-def measure_and_report(args, settings, workload, configs, notes, nprocs, options, out: Path) -> int:
+def measure_and_report(args, settings, workload, configs, notes, nprocs, options, device_type, out: Path) -> int:
+    from ..bench.rounds import Limits
+    from ..bench.session import Session, measure, report
+    from ..plan.make import probe_plan
+    from ..plan.probe import load_comm_json
     from ..version import __version__
-    from ..bench.orchestrate import combine, run_rounds
-    from ..bench.plots import ACCURACY_PNG, BREAKDOWN_PNG, SPEEDUP_PNG, accuracy_plot, breakdown_plot, speedup_plot
-    from ..bench.report import print_table, write_outputs
-    from ..plan.make import make_probe
-    from ..plan.predict import predict
+    from .plan_cmd import probe_spec
 
     import torch
 
     started = time.perf_counter()
     say = lambda text: print(text, flush=True)  # noqa: E731
+    limits = Limits(budget_s=args.budget, fixed_rounds=args.rounds)
+    rounds = f"{args.rounds} round(s)" if args.rounds else f"rounds until decided or {args.budget:g} s"
     say(f"scaletrain bench: {workload.name}, batch {settings.batch_size} per process, "
         f"{'accuracy over whole epochs' if settings.accuracy else f'{settings.steps} measured steps'}, "
-        f"{len(configs)} configurations × {args.repeat} round(s); writing {out}")
+        f"{len(configs)} configurations, {rounds}; writing {out}")
     for note in notes:
         say(f"  note: {note}")
-    probe = None
+    plan = None
     if not args.no_predict:
-        say("  measuring one process and the all_reduce for the predictions ...")
-        spec = {"workload": settings.workload, "model": settings.model, "dataset": settings.dataset}
-        probe = make_probe(workload, spec, settings.batch_size, nprocs, options, device=settings.device,
-                           backend=settings.backend, comm_json=args.comm, steps=settings.steps, warmup=settings.warmup,
-                           seed=settings.seed, rounds=args.probe_rounds)
-    results = run_rounds(settings, configs, args.repeat, out, say)
-    rows = combine(configs, results)
-    for row in rows:
-        prediction = predict(probe, row["strategy"], row["nproc"], options) if probe else None
-        if prediction is not None and not row["baseline"]:
-            row["predicted_speedup"] = prediction.speedup
-            row["predicted_step_s"] = prediction.step_s
-            row["predicted_exposed_comm_s"] = prediction.exposed_comm_s
-    device = rows[0]["device"]
-    title = (f"{workload.name}, batch {settings.batch_size}/process, {rows[0]['backend']} on {device} "
+        link = load_comm_json(args.comm) if args.comm is not None else None
+        spec = {**probe_spec(args, settings.workload), "steps": settings.steps, "warmup": settings.warmup}
+        plan = probe_plan(workload.name, spec, nprocs, options, device_type, link)
+    session = Session(settings, configs, notes, limits, args.worth_at, options, plan, out)
+    results, stop_reason = measure(session, say)
+    first = next((r for runs in results.values() for r in runs if "backend" in r), {})
+    title = (f"{workload.name}, batch {settings.batch_size}/process, {first.get('backend')} on {first.get('device')} "
              f"({options.cores} cores), torch {torch.__version__}")
-    document = {"settings": settings.as_dict(), "title": title, "configurations": rows, "notes": notes,
-                "probe": probe.as_dict() if probe else None, "scaletrain_version": __version__,
-                "torch_version": torch.__version__, "cores": options.cores, "wall_seconds": None}
-    print_table(rows, title, settings.accuracy)
-    speedup_plot(rows, out / SPEEDUP_PNG, title)
-    breakdown_plot(rows, out / BREAKDOWN_PNG, title)
-    plots = [out / SPEEDUP_PNG, out / BREAKDOWN_PNG]
-    if settings.accuracy:
-        plots.append(accuracy_plot(rows, out / ACCURACY_PNG, title))
-    document["wall_seconds"] = time.perf_counter() - started
-    written = write_outputs(out, document, title, settings.accuracy)
-    say(f"written: {', '.join(str(p) for p in [*written, *plots])} "
-        f"({document['wall_seconds']:.0f} s)")
-    return 0
+    facts = {"scaletrain_version": __version__, "torch_version": torch.__version__, "cores": options.cores}
+    return report(session, results, stop_reason, title, started, facts, say)

@@ -85,11 +85,11 @@ def be_a_rank(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..environment import detect
-    from ..launchers.facade import spawn
+    from ..measure.jobs import run_job
 
     validate(args)
     if detect(os.environ).launched:
         return be_a_rank(args)
     if args.nproc < 2:
         raise UsageError(f"--nproc {args.nproc}: collectives need at least 2 processes; use --nproc 2")
-    return spawn(list(args.argv), args.nproc)
+    return run_job(list(args.argv), args.nproc)

@@ -1,13 +1,20 @@
-"""`scaletrain plan`: measure one process and one collective, then predict step time, speedup,
-efficiency and memory per device for each strategy and world size, including sizes this
-machine does not have."""
+"""`scaletrain plan`: measure, in a few rounds, a process's step at the thread counts it will
+have and the all-reduce, then predict step time, speedup, efficiency and memory per device for
+each strategy and world size, including sizes this machine does not have, each with its 95%
+interval over the rounds.
+
+Not launched: runs its probe jobs itself (spawn). Started by a launcher (torchrun, mpirun,
+srun): is one rank of one probe job and writes that job's measurements to --out.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
+from ..defaults import BENCH_MEASURE_S, PLAN_PROBE_ROUNDS
 from ..errors import UsageError
 from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
@@ -39,6 +46,12 @@ def add_model_arguments(p: argparse.ArgumentParser, default_workload: str | None
     p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
 
 
+def add_min_seconds_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-seconds", type=positive_float, default=BENCH_MEASURE_S, metavar="SECONDS",
+                   help="more than --steps steps when they would not last this long: small models' steps take "
+                        f"milliseconds (default {BENCH_MEASURE_S:g})")
+
+
 def add_prediction_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comm", type=Path, metavar="FILE",
                    help="use the all_reduce results of `scaletrain comm --json` instead of a quick probe")
@@ -51,23 +64,33 @@ def add_prediction_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overlap", type=float,
                    help="share (0-1) of compute that hides communication (default: 1 on GPUs, 0 on CPUs)")
     p.add_argument("--microbatches", type=positive_int, default=4, help="pipeline micro-batches per step (default 4)")
-    p.add_argument("--probe-rounds", type=positive_int, default=2,
-                   help="alternating passes over the thread counts when measuring compute (default 2)")
     p.add_argument("--device-memory-gb", type=positive_float,
                    help="memory of one device (default: the GPU's, or this machine's RAM ÷ processes)")
+    p.add_argument("--devices-per-process", type=positive_int,
+                   help="devices a dp, mp or hybrid process drives (default: the GPUs visible; a CPU has one, "
+                        "which mp cuts into 2 parts)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..plan.predict import COST_MODELS
+    from ..plan.cost_models import COST_MODELS
 
     add_model_arguments(p, "synthetic-cnn")
     p.add_argument("--strategy", default=",".join(COST_MODELS),
                    help=f"comma-separated strategies to predict (default: {','.join(COST_MODELS)})")
     p.add_argument("--world-sizes", default="1,2,8,16,64", help="process counts to predict (default 1,2,8,16,64)")
     add_prediction_arguments(p)
-    p.add_argument("--steps", type=positive_int, default=20, help="measured steps per thread count (default 20)")
+    p.add_argument("--steps", type=positive_int, default=20,
+                   help="measured steps per thread count at least (default 20)")
     p.add_argument("--warmup", type=positive_int, default=3, help="steps left out first (default 3)")
+    add_min_seconds_argument(p)
+    p.add_argument("--probe-rounds", type=positive_int, default=PLAN_PROBE_ROUNDS,
+                   help="rounds of the plan's measurements, in alternating order; the spread of the predictions "
+                        f"over them is the expected error (default {PLAN_PROBE_ROUNDS})")
+    p.add_argument("--threads", type=positive_int,
+                   help="(launched) CPU threads per process of this probe job (default: cores ÷ processes)")
     p.add_argument("--json", action="store_true", help="print the measurements and predictions as JSON")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="also write the JSON to FILE (launched: this probe job's measurements)")
 
 
 def options_from_args(args: argparse.Namespace, device_type: str):
@@ -76,7 +99,7 @@ def options_from_args(args: argparse.Namespace, device_type: str):
     if args.overlap is not None and not 0 <= args.overlap <= 1:
         raise UsageError(f"--overlap {args.overlap}: must be between 0 and 1")
     return default_options(device_type, args.nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
-                           args.microbatches, args.device_memory_gb)
+                           args.microbatches, args.device_memory_gb, args.devices_per_process)
 
 
 def workload_from_args(args: argparse.Namespace):
@@ -104,12 +127,46 @@ def parse_strategies(text: str, extra: tuple = ()) -> list[str]:
     return names
 
 
+def probe_spec(args: argparse.Namespace, workload: str) -> dict:
+    """What every probe job measures, as names (the jobs rebuild the workload themselves)."""
+    return {"workload": workload, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
+            "seed": args.seed, "device": None if args.device == "auto" else args.device,
+            "backend": None if args.backend == "auto" else args.backend, "steps": args.steps,
+            "warmup": args.warmup, "min_seconds": args.min_seconds, "microbatches": args.microbatches}
+
+
+def be_a_probe_rank(args: argparse.Namespace) -> int:
+    from ..environment import detect
+    from ..files import write_json_atomic
+    from ..plan.probe_rank import measure_probe_round
+
+    if args.out is None:
+        raise UsageError("a launched plan measures one probe job and writes it to --out FILE; give --out")
+    result = measure_probe_round({**probe_spec(args, args.workload), "threads": args.threads})
+    if detect(os.environ).rank == 0:
+        write_json_atomic(args.out, result)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..environment import detect
+
+    if detect(os.environ).launched:
+        return be_a_probe_rank(args)
+    return plan_here(args)
+
+
+def plan_here(args: argparse.Namespace) -> int:
+    import tempfile
+
     from ..devices import choose_device
-    from ..plan.make import make_probe, plan
-    from ..plan.predict import COST_MODELS
+    from ..plan.cost_models import COST_MODELS
+    from ..plan.make import probe_plan
+    from ..plan.predict import predict_all
+    from ..plan.probe import load_comm_json
     from ..plan.report import print_plan
-    from ..plan.verdict import verdicts
+    from ..plan.summary import expected_error, median_predictions, median_probe, step_spreads
+    from ..plan.verdict import error_line, verdicts
 
     device = None if args.device == "auto" else args.device
     device_type = choose_device(device, 0).type
@@ -120,17 +177,39 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args, device_type)
     if args.comm is not None and not args.comm.is_file():
         raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
+    link = load_comm_json(args.comm) if args.comm is not None else None
+    check_out_file(args.out)
     workload = workload_from_args(args)
-    spec = {"workload": args.workload, "model": args.model, "dataset": args.dataset}
-    probe = make_probe(workload, spec, args.batch_size, world_sizes, options, device=device,
-                       backend=None if args.backend == "auto" else args.backend, comm_json=args.comm,
-                       steps=args.steps, warmup=args.warmup, seed=args.seed, rounds=args.probe_rounds)
-    predictions = plan(probe, strategies, world_sizes, options)
-    conclusions = verdicts(predictions, options.device_memory_bytes)
+    probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, options, device_type, link)
+    with tempfile.TemporaryDirectory(prefix="scaletrain-plan-") as tmp:
+        probes = [probes_plan.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1)
+                  for i in range(args.probe_rounds)]
+    predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options) for p in probes])
+    probe = median_probe(probes)
+    conclusions = verdicts(predictions, options.device_memory_bytes) + \
+        [error_line(expected_error(spreads), len(probes))]
+    document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "options": options.__dict__,
+                "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get((p.strategy, p.world_size)))}
+                                for p in predictions],
+                "expected_error": expected_error(spreads), "conclusions": conclusions}
+    if args.out is not None:
+        from ..files import write_json_atomic
+
+        write_json_atomic(args.out, document)
     if args.json:
-        print(json.dumps({"probe": probe.as_dict(), "options": options.__dict__,
-                          "predictions": [p.as_dict() for p in predictions], "conclusions": conclusions},
-                         indent=2, sort_keys=True, default=str))
+        print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
-        print_plan(probe, options, predictions, conclusions)
+        print_plan(probe, options, predictions, spreads, step_spreads(probes), len(probes), conclusions)
     return 0
+
+
+def spread_pair(spread) -> list | None:
+    return [spread.low, spread.high] if spread is not None and spread.known else None
+
+
+def check_out_file(path: Path | None) -> None:
+    if path is None:
+        return
+    parent = path.expanduser().absolute().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UsageError(f"--out {path}: folder {parent} does not exist or cannot be written; choose another --out")

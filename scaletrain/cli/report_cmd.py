@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401  (found out before anything is written)
     except ImportError:
         raise UsageError("report draws with matplotlib, which is not installed; "
-                         "pip install 'scaletrain[plots]' (or pip install matplotlib)") from None
+                         "pip install matplotlib (a dependency of scaletrain: reinstall scaletrain to get it)") from None
     out = args.out
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; name a folder for the report")

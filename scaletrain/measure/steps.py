@@ -9,6 +9,7 @@ wall time that none of the parts explains (loop overhead, waiting on another pro
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Iterator, Optional
 
 import torch
@@ -47,24 +48,46 @@ def timed_steps(run, model, optimizer, batches: Iterator, loss_fn: Callable, kin
     clock.start_step("end")  # closes the last step's wall time
 
 
-def breakdown(clock: Clock, skip: int = 0, skip_nosync: int = 0) -> dict:
-    """Median seconds per part over the measured steps (warm-up left out)."""
+def steps_to_measure(run, clock: Clock, kind: str, wanted: int, min_seconds: float) -> int:
+    """At least `wanted` steps, more when steps are short: enough to last `min_seconds` at the
+    pace of the warm-up steps recorded on `clock` (a few milliseconds of steps are at the mercy
+    of one hiccup of the machine). Every rank gets the same count: ranks must run the same
+    number of synchronised steps."""
+    walls = clock.step_walls(kind)
+    pace = median(walls[len(walls) // 2:]) if walls else 0.0  # the later warm-up steps
+    needed = max(wanted, math.ceil(min_seconds / pace)) if pace > 0 else wanted
+    return max(wanted, math.ceil(run.mean(float(needed))))
+
+
+def breakdown(clock: Clock, skip: int = 0, comm_clock: Optional[Clock] = None) -> dict:
+    """Seconds per part of a step. `clock`: contiguous synchronised steps, as training runs
+    them (`skip` warm-up steps left out): the step is their mean wall time (the wall time of
+    them all ÷ their number: what training gets, hiccups included); data, forward+backward
+    and optimizer are medians. `comm_clock`: blocks of synchronised and no-sync steps in
+    turn, for the communication that a synchronised forward+backward adds (None: one
+    process, nothing to synchronise)."""
     data = median(clock.intervals("start", "data", SYNC, skip))
     fb_sync = median(clock.intervals("data", "fb", SYNC, skip))
-    nosync = clock.intervals("data", "fb", NOSYNC, skip_nosync)
-    fb_nosync = median(nosync) if nosync else fb_sync
     optimizer = median(clock.intervals("fb", "opt", SYNC, skip))
-    step = median(clock.step_walls(SYNC, skip))
-    compute = min(fb_sync, fb_nosync)
+    walls = clock.step_walls(SYNC, skip)
+    step = sum(walls) / len(walls) if walls else float("nan")
+    compute, exposed, nosync_steps = fb_sync, 0.0, 0
+    if comm_clock is not None:
+        blocks_sync = median(comm_clock.intervals("data", "fb", SYNC))
+        nosync = comm_clock.intervals("data", "fb", NOSYNC)
+        if nosync:
+            compute = min(blocks_sync, median(nosync))
+            exposed = max(0.0, blocks_sync - median(nosync))
+            nosync_steps = len(nosync)
     return {
         "step_s": step,
         "data_s": data,
         "compute_s": compute,
-        "exposed_comm_s": max(0.0, fb_sync - fb_nosync),
+        "exposed_comm_s": exposed,
         "optimizer_s": optimizer,
         "idle_s": max(0.0, step - data - fb_sync - optimizer),
-        "measured_steps": len(clock.intervals("start", "data", SYNC, skip)),
-        "nosync_steps": len(nosync),
+        "measured_steps": len(walls),
+        "nosync_steps": nosync_steps,
     }
 
 

@@ -1,19 +1,30 @@
-"""Measuring what a plan needs and predicting, in one call (used by `plan` and `bench`)."""
+"""Measuring what a plan needs, round by round (used by `plan` and `bench` alike).
+
+A round runs one probe job per thread count the predictions need: one process with every
+core, and (on a CPU) as many processes as share the machine with cores ÷ processes threads
+each — each job started like a real job by the spawn launcher (see probe_rank). Rounds
+alternate their order; each round gives a whole Probe, so each gives a whole prediction, and
+the spread of the predictions over the rounds is the plan's expected error.
+"""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from .predict import Options, Prediction, predict_all, threads_needed
-from .probe import Probe, cores_here, device_memory_bytes, load_comm_json, measure_compute, measure_link
+from .probe import Link, Probe, cores_here, device_memory_bytes, measure_link, probe_from_jobs
+from .scenario import Options, threads_needed
+
+PROBE_FILE = "probe.json"
 
 
 def default_options(device_type: str, procs_per_node: Optional[int] = None, link_gbps: float = 10.0,
                     link_latency_us: float = 20.0, overlap: Optional[float] = None, microbatches: int = 4,
-                    device_memory_gb: Optional[float] = None) -> Options:
+                    device_memory_gb: Optional[float] = None, devices_per_process: Optional[int] = None) -> Options:
     cores = cores_here()
     if procs_per_node is None:
         procs_per_node = torch.cuda.device_count() if device_type == "cuda" else cores
@@ -24,26 +35,7 @@ def default_options(device_type: str, procs_per_node: Optional[int] = None, link
     memory = device_memory_gb * 1e9 if device_memory_gb else device_memory_bytes(device_type, procs_per_node)
     return Options(procs_per_node=procs_per_node, cores=cores, link_gbps=link_gbps,
                    link_latency_s=link_latency_us * 1e-6, overlap=overlap, microbatches=microbatches,
-                   device_memory_bytes=memory)
-
-
-def make_probe(workload, spec: dict, batch_size: int, world_sizes: list[int], options: Options, *,
-               device: Optional[str], backend: Optional[str], comm_json: Optional[Path], steps: int, warmup: int,
-               seed: int, probe_nproc: int = 2, rounds: int = 2) -> Probe:
-    """`spec`: the workload as names ({"workload", "model", "dataset"}), for the processes
-    that measure it."""
-    from ..devices import choose_device
-
-    device_type = choose_device(device, 0).type
-    threads = threads_needed(world_sizes, options, device_type)
-    spec = {**spec, "batch_size": batch_size, "device": device, "seed": seed}
-    step_s, footprint = measure_compute(workload, spec, threads, copies_per_thread_count(threads, options, device_type),
-                                        steps, warmup, rounds)
-    message = max(_buckets(footprint) or [1])  # the largest message DDP will send
-    link = (load_comm_json(comm_json, message) if comm_json
-            else measure_link(message, probe_nproc, backend, device))
-    return Probe(workload=workload.name, batch_size=batch_size, device_type=device_type, cores=options.cores,
-                 step_s=step_s, footprint=footprint, link=link)
+                   device_memory_bytes=memory, devices_per_process=devices_per_process)
 
 
 def copies_per_thread_count(threads: list[int], options: Options, device_type: str) -> dict[int, int]:
@@ -54,11 +46,64 @@ def copies_per_thread_count(threads: list[int], options: Options, device_type: s
     return {t: max(1, min(options.procs_per_node, options.cores // t)) for t in threads}
 
 
-def _buckets(footprint) -> list[int]:
+@dataclass(frozen=True)
+class ProbePlan:
+    """What every round of a plan's measurements runs."""
+    workload_name: str
+    spec: dict
+    """workload, model, dataset (names), batch_size, seed, device, backend, steps, warmup, min_seconds,
+    microbatches."""
+    copies: dict
+    """threads -> processes of that job."""
+    device_type: str
+    cores: int
+    link: Optional[Link] = None
+    """Given (--comm): the probe jobs' own all-reduce timings are not used."""
+    link_nproc: int = 2
+    needs_link: bool = True
+    """False when every world size planned is one process."""
+
+    def argv(self, threads: int, out: Path) -> list[str]:
+        s = self.spec
+        argv = ["plan", "--workload", s["workload"], "--batch-size", str(s["batch_size"]), "--seed", str(s["seed"]),
+                "--steps", str(s["steps"]), "--warmup", str(s["warmup"]), "--min-seconds", str(s["min_seconds"]),
+                "--microbatches", str(s["microbatches"]),
+                "--threads", str(threads), "--out", str(out)]
+        for flag in ("model", "dataset", "device", "backend"):
+            if s.get(flag):
+                argv += [f"--{flag}", str(s[flag])]
+        return argv
+
+    def run_round(self, folder: Path, reverse: bool = False) -> Probe:
+        """One round: a job per thread count (largest first; smallest first when `reverse`),
+        then the Probe they make."""
+        from ..measure.jobs import run_job
+
+        folder.mkdir(parents=True, exist_ok=True)
+        jobs = {}
+        for threads, copies in sorted(self.copies.items(), reverse=not reverse):
+            out = folder / f"{threads}-threads-{PROBE_FILE}"
+            code = run_job(self.argv(threads, out), copies)
+            if code != 0 or not out.exists():
+                raise RuntimeError(f"the plan's probe job ({copies} process(es) × {threads} thread(s)) failed "
+                                   f"(exit status {code}); its error is printed above")
+            jobs[threads] = json.loads(out.read_text())
+        link = self.link
+        if link is None and self.needs_link and not any(j.get("link_rows") for j in jobs.values()):
+            buckets = _bucket_sizes(jobs)
+            link = measure_link(buckets, self.link_nproc, self.spec.get("backend"), self.spec.get("device"))
+        return probe_from_jobs(jobs, self.workload_name, self.spec["batch_size"], self.device_type, self.cores, link)
+
+
+def _bucket_sizes(jobs: dict) -> list[int]:
     from .formulas import ddp_buckets
 
-    return ddp_buckets(list(footprint.grad_tensor_bytes)) or ([footprint.grad_bytes] if footprint.grad_bytes else [])
+    fp = next((j["footprint"] for j in jobs.values() if "footprint" in j), None)
+    return ddp_buckets(list(fp["grad_tensor_bytes"])) if fp else []
 
 
-def plan(probe: Probe, strategies: list[str], world_sizes: list[int], options: Options) -> list[Prediction]:
-    return predict_all(probe, strategies, world_sizes, options)
+def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], options: Options, device_type: str,
+               link: Optional[Link] = None) -> ProbePlan:
+    threads = threads_needed(world_sizes, options, device_type)
+    return ProbePlan(workload_name, spec, copies_per_thread_count(threads, options, device_type), device_type,
+                     options.cores, link, needs_link=max(world_sizes) > 1)

@@ -1,5 +1,7 @@
-"""The measurements a plan starts from: one process's step time at each thread count it
-will need, the model's byte counts, and the all-reduce's latency and bus bandwidth."""
+"""The measurements a plan starts from (one round of them): a process's step time at each
+thread count the predictions need, measured next to as many processes as will share the
+machine and without communication; the model's byte counts and per-block times; and the
+all-reduce's latency and bus bandwidth. See probe_rank for how they are measured."""
 
 from __future__ import annotations
 
@@ -12,114 +14,136 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import UsageError
-from ..measure.clock import median
-from ..measure.footprint import Footprint, measure_footprint
-from ..measure.steps import forever
+from ..measure.footprint import Footprint
 
 
 @dataclass(frozen=True)
 class Link:
-    """The all-reduce's cost: alpha seconds per ring step, busbw bytes per second."""
+    """The all-reduce's cost on `nproc` processes: alpha seconds per ring step, and the bus
+    bandwidth (bytes per second, latency taken out) at each measured message size."""
     alpha_s: float
     busbw: float
+    """At the largest message measured (what larger messages get)."""
     nproc: int
     source: str
+    points: tuple = ()
+    """((bytes, bus bandwidth), ...) per measured size: small messages get less bandwidth."""
+
+    def busbw_for(self, nbytes: float) -> float:
+        """The bandwidth measured at the size nearest `nbytes` (on a log scale)."""
+        if not self.points:
+            return self.busbw
+        return min(self.points, key=lambda p: abs(math.log(p[0] / max(nbytes, 1))))[1]
+
+
+@dataclass(frozen=True)
+class Compute:
+    """One step of one process with some number of threads, next to `copies` processes
+    like it (step by step the slowest of them), without communication. Seconds."""
+    step_s: float
+    data_s: float
+    fb_s: float
+    optimizer_s: float
+    copies: int
 
 
 @dataclass
 class Probe:
+    """One round of a plan's measurements."""
     workload: str
     batch_size: int
     device_type: str
     cores: int
-    step_s: dict = field(default_factory=dict)
-    """threads -> median seconds of one step of one process (data + forward/backward + optimizer)."""
+    compute: dict = field(default_factory=dict)
+    """threads -> Compute."""
     footprint: Optional[Footprint] = None
     link: Optional[Link] = None
+    block_s: tuple = ()
+    """Forward + backward seconds of each top-level block on the whole batch (one process)."""
+    block_micro_s: tuple = ()
+    """The same on one micro-batch of `microbatch_size` samples."""
+    microbatch_size: int = 0
+    block_params: tuple = ()
+    """Parameters of each top-level block (how the strategies cut stages)."""
+
+    @property
+    def step_s(self) -> dict:
+        return {t: c.step_s for t, c in self.compute.items()}
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def measure_compute(workload, spec: dict, threads_list: list[int], copies: dict, steps: int, warmup: int,
-                    rounds: int = 2) -> tuple[dict, Footprint]:
-    """Step time for each thread count, measured with as many copies running at once as
-    the predictions put on one machine (`copies[threads]`), in `rounds` alternating passes
-    so that load from elsewhere hits every thread count alike; and the model's footprint."""
-    from .corun import corun_step_walls, slowest_per_step
-
-    walls: dict[int, list[float]] = {t: [] for t in threads_list}
-    for _ in range(rounds):
-        for threads in threads_list:
-            measured = corun_step_walls(copies[threads], {**spec, "threads": threads, "steps": steps,
-                                                          "warmup": warmup})
-            walls[threads].extend(slowest_per_step(measured))
-    return {t: median(w) for t, w in walls.items()}, measure_model_footprint(workload, spec)
+def footprint_from_dict(fp: dict) -> Footprint:
+    return Footprint(**{**fp, "block_param_bytes": tuple(fp["block_param_bytes"]),
+                        "grad_tensor_bytes": tuple(fp["grad_tensor_bytes"])})
 
 
-def measure_model_footprint(workload, spec: dict) -> Footprint:
-    """Byte counts after one real step (so the optimizer's state exists), in this process."""
-    from ..api import init
+def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
+                    link: Optional[Link]) -> Probe:
+    """One round's Probe from its jobs' results (threads -> result, see probe_rank); the link
+    from the job of several processes unless `link` is given (--comm)."""
+    compute = {t: Compute(j["step_s"], j["data_s"], j["fb_s"], j["optimizer_s"], j["world_size"])
+               for t, j in jobs.items()}
+    single = next((j for j in jobs.values() if "footprint" in j), {})
+    if link is None:
+        rows = next((j["link_rows"] for j in jobs.values() if j.get("link_rows")), None)
+        if rows:
+            link = link_from_rows(rows, f"all_reduce in the probe job, {rows[0]['world_size']} processes")
+    return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
+                 footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
+                 block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
+                 microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())))
 
-    with init(strategy="single", device=spec["device"], threads=None, seed=spec["seed"], environ={}) as run:
-        train_set, _ = workload.build_datasets(spec["seed"])
-        model = workload.build_model()
-        optimizer = torch.optim.Adam(model.parameters(), lr=workload.lr)
-        model, optimizer = run.setup(model, optimizer)
-        batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
-        inputs, targets = next(batches)
-        run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
-        return measure_footprint(run.unwrap(model), optimizer, inputs, targets, F.cross_entropy)
 
-
-def link_from_rows(rows: list[dict], message_bytes: float, source: str) -> Link:
-    """Latency from the smallest all_reduce, bus bandwidth from the one nearest in size to
-    the message the strategy will send, with the latency taken out."""
+def link_from_rows(rows: list[dict], source: str) -> Link:
+    """Latency from the smallest all_reduce; the bus bandwidth of each larger one with that
+    latency taken out."""
     reduces = sorted((r for r in rows if r.get("op") == "all_reduce"), key=lambda r: r["bytes"])
     if not reduces:
         raise UsageError(f"{source} has no all_reduce results; make it with `scaletrain comm --ops all_reduce --json`")
     n = reduces[0]["world_size"]
     small = reduces[0]
     alpha = small["seconds"] / (2 * (n - 1))
-    big = min(reduces[1:] or reduces, key=lambda r: abs(math.log(r["bytes"] / max(message_bytes, 1))))
     factor = 2 * (n - 1) / n
-    extra = big["seconds"] - small["seconds"]
-    busbw = big["bytes"] * factor / extra if big is not small and extra > 0 else big["bytes"] * factor / big["seconds"]
-    return Link(alpha_s=alpha, busbw=busbw, nproc=n, source=source)
+    points = []
+    for row in reduces[1:] or reduces:
+        extra = row["seconds"] - small["seconds"]
+        seconds = extra if row is not small and extra > 0 else row["seconds"]
+        points.append((row["bytes"], row["bytes"] * factor / seconds))
+    return Link(alpha_s=alpha, busbw=points[-1][1], nproc=n, source=source, points=tuple(points))
 
 
-def load_comm_json(path: Path, message_bytes: float) -> Link:
+def load_comm_json(path: Path) -> Link:
     try:
         doc = json.loads(Path(path).read_text())
         rows = doc["results"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"--comm {path}: not a `scaletrain comm --json` result ({exc}); "
                          "make one with `scaletrain comm --ops all_reduce --json > comm.json`") from None
-    return link_from_rows(rows, message_bytes, f"{path}")
+    return link_from_rows(rows, f"{path}")
 
 
-def measure_link(message_bytes: float, nproc: int, backend: Optional[str], device: Optional[str]) -> Link:
-    """A quick all_reduce probe on `nproc` processes of this machine: a 4 KB message for the
-    latency and one of the gradients' size for the bandwidth."""
-    from ..launchers.facade import spawn
+def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: Optional[str]) -> Link:
+    """The all_reduce on `nproc` processes of this machine, for when no probe job has
+    several processes: a 4 KB message for the latency, then each of `sizes`."""
+    from ..measure.jobs import run_job
 
-    size = max(64 * 1024, int(message_bytes))
     with tempfile.TemporaryDirectory(prefix="scaletrain-probe-") as tmp:
         out = Path(tmp) / "comm.json"
-        argv = ["comm", "--ops", "all_reduce", "--sizes", f"4K,{size}", "--iters", "20", "--quiet",
-                "--out", str(out)]
+        argv = ["comm", "--ops", "all_reduce", "--sizes", ",".join(str(s) for s in sorted({4096, *sizes})),
+                "--iters", "20", "--quiet", "--out", str(out)]
         if backend:
             argv += ["--backend", backend]
         if device:
             argv += ["--device", device]
-        code = spawn(argv, nproc)
+        code = run_job(argv, nproc)
         if code != 0 or not out.exists():
             raise RuntimeError(f"the all_reduce probe on {nproc} processes failed (exit {code})")
         rows = json.loads(out.read_text())["results"]
-    return link_from_rows(rows, message_bytes, f"all_reduce probe, {nproc} processes")
+    return link_from_rows(rows, f"all_reduce probe, {nproc} processes")
 
 
 def cores_here() -> int:

@@ -1,49 +1,71 @@
-"""What `scaletrain plan` prints: what was measured, the predictions, the conclusions."""
+"""What `scaletrain plan` prints: what was measured, the predictions with their intervals,
+the conclusions."""
 
 from __future__ import annotations
 
-
-from ..measure.console import table_console
 from rich.table import Table
 
-from .predict import Options, Prediction
+from ..measure.console import table_console
+from ..measure.spread import Spread
+from .predict import Prediction
 from .probe import Probe
+from .scenario import Options
 from .verdict import gb
 
 
-def measured_lines(probe: Probe, options: Options) -> list[str]:
+def interval_text(s: Spread | None, unit: str = "×") -> str:
+    if s is None or not s.known:
+        return ""
+    return f"{s.low:.2f}–{s.high:.2f}{unit}"
+
+
+def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> list[str]:
     fp = probe.footprint
-    steps = ", ".join(f"{t} thread(s) {s * 1e3:.1f} ms" for t, s in sorted(probe.step_s.items(), reverse=True))
+    parts = []
+    for t, c in sorted(probe.compute.items(), reverse=True):
+        s = steps.get(t)
+        spread = f" ({s.low * 1e3:.1f}–{s.high * 1e3:.1f})" if s is not None and s.known else ""
+        parts.append(f"{c.copies:.0f} process(es) × {t} thread(s) {c.step_s * 1e3:.1f} ms{spread}")
+    lines = [f"step time of one process, batch {probe.batch_size}, without communication, median of {rounds} "
+             f"round(s) (95% interval): {', '.join(parts)}",
+             f"parameters {gb(fp.param_bytes)}, gradients {gb(fp.grad_bytes)}, optimizer state "
+             f"{gb(fp.optimizer_bytes)}, activations {gb(fp.activation_bytes_per_sample * probe.batch_size)} per batch"]
+    if probe.block_s:
+        total = sum(probe.block_s)
+        lines.append("forward + backward per top-level block: " +
+                     ", ".join(f"{t * 1e3:.1f} ms ({t / total:.0%})" for t in probe.block_s))
     link = probe.link
-    return [
-        f"one process, batch {probe.batch_size}, step time: {steps}",
-        f"parameters {gb(fp.param_bytes)}, gradients {gb(fp.grad_bytes)}, optimizer state {gb(fp.optimizer_bytes)}, "
-        f"activations {gb(fp.activation_bytes_per_sample * probe.batch_size)} per batch",
-        f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs per ring step "
-        f"({link.source})",
-        f"machines like this one: {options.procs_per_node} process(es) each on {options.cores} core(s); "
-        f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs (--link-gbps, "
-        f"--link-latency-us); overlap {options.overlap:g}",
-    ]
+    if link is not None:
+        lines.append(f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs "
+                     f"per ring step ({link.source})")
+    lines.append(f"machines like this one: {options.procs_per_node} process(es) each on {options.cores} core(s); "
+                 f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs "
+                 f"(--link-gbps, --link-latency-us); overlap {options.overlap:g}")
+    return lines
 
 
-def prediction_table(predictions: list[Prediction], title: str = "predicted") -> Table:
+def prediction_table(predictions: list[Prediction], spreads: dict, title: str = "predicted") -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("strategy", "procs", "nodes", "threads", "step ms", "comm ms", "samples/s", "speedup",
-                   "efficiency", "memory/device", "fits"):
+                   "95% interval", "efficiency", "memory/device", "fits"):
         table.add_column(column, justify="left" if column == "strategy" else "right")
     for p in predictions:
+        spread = spreads.get((p.strategy, p.world_size))
         table.add_row(p.strategy, str(p.world_size), str(p.nodes), str(p.threads), f"{p.step_s * 1e3:.1f}",
                       f"{p.exposed_comm_s * 1e3:.1f}", f"{p.samples_per_s:,.0f}", f"{p.speedup:.2f}×",
-                      f"{p.efficiency:.0%}", gb(p.memory_bytes), "yes" if p.fits else "NO")
+                      interval_text(spread), f"{p.efficiency:.0%}", gb(p.memory_bytes), "yes" if p.fits else "NO")
     return table
 
 
-def print_plan(probe: Probe, options: Options, predictions: list[Prediction], conclusions: list[str]) -> None:
+def print_plan(probe: Probe, options: Options, predictions: list[Prediction], spreads: dict, steps: dict,
+               rounds: int, conclusions: list[str]) -> None:
     console = table_console()
     console.print(f"plan for {probe.workload} on {probe.device_type}")
-    for line in measured_lines(probe, options):
+    for line in measured_lines(probe, options, steps, rounds):
         console.print(f"  measured: {line}", soft_wrap=True)
-    console.print(prediction_table(predictions))
+    console.print(prediction_table(predictions, spreads))
+    notes = [f"  {p.strategy} ×{p.world_size}: {p.note}" for p in predictions if p.note]
+    for line in notes:
+        console.print(line, soft_wrap=True)
     for line in conclusions:
         console.print(line, soft_wrap=True)

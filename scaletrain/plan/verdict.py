@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from .predict import Prediction
+from typing import Optional
 
-#: Below this speedup the extra processes are not worth their cost and complexity.
-PAYS_AT = 1.1
+from ..defaults import WORTH_AT_SPEEDUP
+from .predict import Prediction
 
 
 def gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.3g} MB"
 
 
-def verdicts(predictions: list[Prediction], device_memory_bytes: float) -> list[str]:
+def error_line(error: Optional[float], rounds: int) -> str:
+    if error is None:
+        return (f"Expected error: unknown from {rounds} round(s) of measurement; give --probe-rounds 2 or more "
+                "for an interval.")
+    return (f"Expected error: ±{error:.0%} — the widest 95% interval of a predicted speedup over {rounds} rounds "
+            "of measurement (the measurements' own noise; `scaletrain bench` compares predictions with measured "
+            "runs).")
+
+
+def verdicts(predictions: list[Prediction], device_memory_bytes: float,
+             worth_at: float = WORTH_AT_SPEEDUP) -> list[str]:
     lines = []
     single = next((p for p in predictions if p.world_size == 1), None)
     if single is not None and not single.fits:
@@ -31,7 +41,7 @@ def verdicts(predictions: list[Prediction], device_memory_bytes: float) -> list[
     if not multi:
         return lines
     best = max(multi, key=lambda p: p.speedup)
-    if best.speedup < PAYS_AT:
+    if best.speedup < worth_at:
         comm = max(best.exposed_comm_s, 0.0)
         lines.append(f"Distributing will not pay here: the best prediction is {best.speedup:.2f}× "
                      f"({best.strategy} on {best.world_size} processes), because each step would spend "

@@ -1,0 +1,91 @@
+"""One `scaletrain bench`, from its first round to its verdict: rounds of every job until the
+speedup's interval decides or the budget is spent, then the table, the verdict, the plan
+checked against the measurement, bench.json, bench.md and the plots."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from .combine import combine, jsonable
+from .orchestrate import PROBE_KEY, bench_jobs
+from .rounds import Limits, run_rounds
+from .spec import BenchSettings, RunSpec
+from .verdict import Verdict, decide
+
+
+@dataclass(frozen=True)
+class Session:
+    settings: BenchSettings
+    configs: list
+    notes: list
+    limits: Limits
+    worth_at: float
+    options: object
+    """The plan's Options (where processes run), for the predictions."""
+    probe_plan: Optional[object]
+    """What each round's plan measurements run; None: no predictions (--no-predict)."""
+    out: Path
+
+
+def predictions_per_round(configs: list[RunSpec], probes: list[dict], options) -> dict[str, list]:
+    """For every configuration, the plan's prediction from each round's measurements."""
+    from ..plan.predict import predict
+
+    return {spec.key: [predict(result["probe"], spec.strategy, spec.nproc, options) for result in probes]
+            for spec in configs}
+
+
+def _analyse(session: Session, results: dict[str, list[dict]], budget_note: str = ""
+             ) -> tuple[list[dict], Optional[str], Verdict]:
+    configs = session.configs
+    probes = results.get(PROBE_KEY) or []
+    predictions = predictions_per_round(configs, probes, session.options) if probes else None
+    rows, reference = combine(configs, {s.key: results[s.key] for s in configs}, predictions)
+    ref_row = next((r for r in rows if r["label"] == reference), None)
+    return rows, reference, decide(rows, ref_row, session.worth_at, budget_note)
+
+
+def measure(session: Session, say: Callable[[str], None]) -> tuple[dict, str]:
+    """Runs the rounds; after each, one line on where the speedup stands."""
+    def decided_after(results: dict[str, list[dict]]) -> bool:
+        rows, _, verdict = _analyse(session, results)
+        shown = [f"{r['label']} {r['speedup'].median:.2f}×" + (f" ({r['speedup'].low:.2f}–{r['speedup'].high:.2f})"
+                                                                if r["speedup"].known else "")
+                 for r in rows if r["nproc"] > 1 and r.get("speedup") is not None]
+        if shown:
+            say(f"  after {rows[0]['rounds']} round(s): speedup {', '.join(shown)}: "
+                f"{verdict.kind or 'no verdict'}")
+        return verdict.decided
+
+    jobs = bench_jobs(session.settings, session.configs, session.probe_plan)
+    return run_rounds(jobs, session.out, session.limits, decided_after, say)
+
+
+def report(session: Session, results: dict, stop_reason: str, title: str, started: float, facts: dict,
+           say: Callable[[str], None]) -> int:
+    from .plots import ACCURACY_PNG, BREAKDOWN_PNG, SPEEDUP_PNG, accuracy_plot, breakdown_plot, speedup_plot
+    from .report import prediction_lines, print_table, write_outputs
+
+    hint = "; measure longer (--budget) or on a quieter machine"
+    rows, reference, verdict = _analyse(session, results, budget_note=hint)
+    accuracy = session.settings.accuracy
+    print_table(rows, title, accuracy)
+    rounds = len(next(iter(results.values())))
+    closing = [*prediction_lines(rows), f"Measured {rounds} round(s): {stop_reason}.", verdict.sentence]
+    for line in closing:
+        say(line)
+    out = session.out
+    plots = [speedup_plot(rows, out / SPEEDUP_PNG, title, session.worth_at), breakdown_plot(rows, out / BREAKDOWN_PNG, title)]
+    if accuracy:
+        plots.append(accuracy_plot(rows, out / ACCURACY_PNG, title))
+    probes = [r["probe"].as_dict() for r in results.get(PROBE_KEY) or []]
+    document = {**facts, "settings": session.settings.as_dict(), "title": title, "reference": reference,
+                "worth_at": session.worth_at, "verdict": verdict.as_dict(), "stop_reason": stop_reason,
+                "configurations": jsonable(rows), "notes": session.notes, "probes": probes,
+                "wall_seconds": time.perf_counter() - started}
+    written = write_outputs(out, document, rows, title, accuracy, closing)
+    say(f"written: {', '.join(str(p) for p in [*written, *plots])} ({document['wall_seconds']:.0f} s)")
+    return 0

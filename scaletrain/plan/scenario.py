@@ -1,0 +1,89 @@
+"""Where the processes of a prediction run, and the measured compute they get there.
+
+Where the processes run: `procs_per_node` processes on each machine like this one (one per
+GPU, or one per core on a CPU), as many machines as the world size needs. On a CPU the
+processes of a machine share its cores, so each gets cores ÷ processes threads, and its
+compute is the probe's step time measured at that thread count next to its neighbours (not
+the one-process time divided by n: fewer threads per process do not make a step
+proportionally slower, and neighbours share memory bandwidth and caches). Across machines
+the ring runs at the slower of the measured bus bandwidth and the network link.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .probe import Compute, Link, Probe
+
+
+@dataclass(frozen=True)
+class Scenario:
+    world_size: int
+    procs_per_node: int
+    nodes: int
+    threads: int
+    alpha_s: float
+    link: Optional[Link]
+    network_busbw: Optional[float] = None
+    """Bytes/s of the network between machines (None: one machine)."""
+    oversubscription: float = 1.0
+    """More processes than cores on a CPU machine: each gets this share less of a core."""
+
+    def busbw(self, nbytes: float) -> float:
+        """The ring's bus bandwidth for messages of `nbytes`."""
+        measured = self.link.busbw_for(nbytes) if self.link else math.inf
+        return min(measured, self.network_busbw) if self.network_busbw else measured
+
+
+@dataclass(frozen=True)
+class Options:
+    procs_per_node: int
+    cores: int
+    link_gbps: float
+    link_latency_s: float
+    overlap: float
+    microbatches: int
+    device_memory_bytes: float
+    devices_per_process: Optional[int] = None
+    """Devices a dp, mp or hybrid process drives (None: the GPUs visible, or the CPU's one)."""
+
+
+def threads_needed(world_sizes: list[int], options: Options, device_type: str) -> list[int]:
+    """The thread counts whose step time the predictions need, largest first."""
+    if device_type == "cuda":
+        return [max(1, options.cores // max(1, options.procs_per_node))]
+    return sorted({max(1, options.cores // min(n, options.procs_per_node)) for n in [1, *world_sizes]},
+                  reverse=True)
+
+
+def scenario(n: int, options: Options, link: Optional[Link], device_type: str) -> Scenario:
+    per_node = min(n, options.procs_per_node)
+    nodes = math.ceil(n / per_node)
+    threads = max(1, options.cores // (options.procs_per_node if device_type == "cuda" else per_node))
+    alpha = link.alpha_s if link else 0.0
+    network = None
+    if nodes > 1:  # the ring crosses the network: as slow as the slower of the two
+        network = options.link_gbps * 1e9 / 8
+        alpha = max(alpha, options.link_latency_s)
+    crowded = per_node / options.cores if device_type != "cuda" and per_node > options.cores else 1.0
+    return Scenario(n, per_node, nodes, threads, alpha, link, network, crowded)
+
+
+def compute_at(probe: Probe, threads: int, oversubscription: float = 1.0) -> Compute:
+    """The probe's step at `threads` (the nearest thread count measured), stretched when
+    processes outnumber cores."""
+    nearest = threads if threads in probe.compute else min(probe.compute, key=lambda t: abs(t - threads))
+    c = probe.compute[nearest]
+    k = oversubscription
+    return Compute(c.step_s * k, c.data_s * k, c.fb_s * k, c.optimizer_s * k, c.copies)
+
+
+def one_process_threads(probe: Probe, options: Options) -> int:
+    return options.cores if probe.device_type != "cuda" else max(probe.compute)
+
+
+def baseline_step(probe: Probe, options: Options) -> float:
+    """One process with every core: the step every speedup is measured against."""
+    return compute_at(probe, one_process_threads(probe, options)).step_s

@@ -1,0 +1,88 @@
+"""The cost models of dp, mp, hybrid and pipeline (stages of unequal measured cost), as pure
+functions of a hand-made round of measurements."""
+
+import pytest
+
+from scaletrain.measure.footprint import Footprint
+from scaletrain.plan import formulas as f
+from scaletrain.plan.cost_models import ddp_comm
+from scaletrain.plan.predict import predict
+from scaletrain.plan.probe import Compute, Link, Probe
+from scaletrain.plan.scenario import scenario
+from scaletrain.plan.stages import stage_groups
+
+from .test_measure_formulas import _options as options
+
+MB = 1_000_000
+
+
+def probe(block_s=(0.004, 0.004, 0.020, 0.004), block_params=(2_000, 4_000, 1_000, 1_000), device_type="cpu"):
+    footprint = Footprint(param_bytes=8 * MB, grad_bytes=8 * MB, optimizer_bytes=16 * MB,
+                          activation_bytes_per_sample=1000.0, largest_block_param_bytes=4 * MB,
+                          block_param_bytes=(2 * MB, 4 * MB, 1 * MB, 1 * MB), grad_tensor_bytes=(8 * MB,),
+                          boundary_bytes_per_sample=100.0)
+    compute = {2: Compute(step_s=0.050, data_s=0.001, fb_s=0.040, optimizer_s=0.009, copies=1),
+               1: Compute(step_s=0.090, data_s=0.001, fb_s=0.080, optimizer_s=0.009, copies=2)}
+    return Probe(workload="w", batch_size=32, device_type=device_type, cores=2, compute=compute,
+                 footprint=footprint, link=Link(alpha_s=1e-4, busbw=1e9, nproc=2, source="test"),
+                 block_s=block_s, block_micro_s=tuple(t / 3 for t in block_s), microbatch_size=8,
+                 block_params=block_params)
+
+
+def test_stages_are_cut_as_the_strategies_cut_them():
+    # parameters (+1 per block) 2001, 4001, 1001, 1001: [conv1, conv2] | [fc1, fc2] is the lightest heaviest part
+    assert stage_groups((2_000, 4_000, 1_000, 1_000), 2) == [[0, 1], [2, 3]]
+    assert stage_groups((1, 1), 3) is None
+
+
+def test_pipeline_paces_at_the_slowest_stage_by_measured_time_not_parameters():
+    p = probe()
+    got = predict(p, "pipeline", 2, options())
+    # stage cost on one micro-batch: the blocks' micro-batch times scaled to 1 thread's forward+backward
+    scale = 0.080 / sum(p.block_s)
+    first, second = (0.004 + 0.004) / 3 * scale, (0.020 + 0.004) / 3 * scale
+    optimizer = max(0.009 * 6 / 8, 0.009 * 2 / 8)  # each stage steps its share of the parameters
+    busy = 0.001 + first + second + (4 - 1) * max(first, second) + optimizer
+    size = 100.0 * 32 / 4
+    transfer = 2 * (4 + 2 - 2) * (size / 1e9 + 1e-4)
+    assert got.step_s == pytest.approx(busy + transfer)
+    assert got.exposed_comm_s == pytest.approx(transfer)
+    assert "stages" in got.note and "75%" in got.note  # the second stage does 3 of the 4 parts of the work
+    # the same parameters with even block times: even stages, a faster pipeline
+    even = predict(probe(block_s=(0.008, 0.008, 0.008, 0.008)), "pipeline", 2, options())
+    assert even.step_s < got.step_s
+
+
+def test_ddp_comm_takes_each_bucket_at_the_bandwidth_of_its_size():
+    p = probe()
+    s = scenario(2, options(), p.link, "cpu")
+    assert ddp_comm(p, s) == pytest.approx(f.ring_all_reduce_seconds(8 * MB, 2, 1e9, 1e-4))
+
+
+def test_dp_on_a_cpu_is_one_process_and_on_gpus_splits_the_batch():
+    cpu = predict(probe(), "dp", 1, options())
+    one = predict(probe(), "single", 1, options())
+    assert cpu.step_s == pytest.approx(one.step_s) and "one device" in cpu.note
+    assert predict(probe(), "dp", 2, options()) is None  # one process only
+    gpus = predict(probe(device_type="cuda"), "dp", 1, options(devices_per_process=4))
+    moved = 8 * MB + 8 * MB
+    comm = moved / 1e9 + 2 * 3 * 1e-4
+    assert gpus.step_s == pytest.approx(0.001 + 0.040 / 4 + 0.009 + comm)
+    assert gpus.global_batch == 32
+
+
+def test_mp_on_a_cpu_runs_its_parts_in_turn():
+    p = probe()
+    got = predict(p, "mp", 1, options())
+    # 2 parts, 1 micro-batch: both parts' whole-batch time (= the step's forward+backward), one after the other
+    assert got.step_s == pytest.approx(0.001 + 0.040 + 0.009)  # one optimizer over both parts
+    assert got.exposed_comm_s == 0.0 and "take turns" in got.note
+    assert predict(p, "mp", 2, options()) is None
+
+
+def test_hybrid_is_mp_per_process_plus_ddp_allreduce():
+    p = probe()
+    got = predict(p, "hybrid", 2, options())
+    comm = f.ring_all_reduce_seconds(8 * MB, 2, 1e9, 1e-4)
+    assert got.step_s == pytest.approx(0.001 + 0.080 + 0.009 + comm)
+    assert got.global_batch == 64 and got.exposed_comm_s == pytest.approx(comm)
