@@ -84,7 +84,7 @@ CASES = [
     ("eval-batch-size-zero", ["--eval-batch-size", "0"], {}, "must be at least 1"),
     ("lr-zero", ["--lr", "0"], {}, "greater than 0"),
     ("lr-text", ["--lr", "fast"], {}, "expected a number"),
-    ("seed-text", ["--seed", "lucky"], {}, "invalid int value"),
+    ("seed-text", ["--seed", "lucky"], {}, "expected a whole number"),
     ("threads-zero", ["--threads", "0"], {}, "must be at least 1"),
     ("checkpoint-every-zero", ["--checkpoint-every", "0"], {}, "must be at least 1"),
     ("checkpoint-every-text", ["--checkpoint-every", "often"], {}, "expected a whole number"),
@@ -111,6 +111,8 @@ CASES = [
     ("doctor-node-rank-outside", ["!", "doctor", "--nnodes", "2", "--node-rank", "5", "--no-self-test"], {},
      "--node-rank 5 must be from 0 to 1"),
     ("doctor-timeout-text", ["!", "doctor", "--self-test-timeout", "later"], {}, "expected a duration"),
+    ("seed-negative", ["--seed=-1"], {}, "from 0 to 4294967295"),
+    ("seed-too-big", ["--seed", "99999999999999999999"], {}, "from 0 to 4294967295"),
 ]
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",

@@ -7,12 +7,16 @@
   and epochs it is about to do again, so no step or epoch appears twice.
 - The experiment trackers' scalars, configuration and summary.
 - `summary.json`, written atomically at the end.
+
+Both files are strict JSON: a NaN or infinite number (a run going on with
+--allow-nonfinite) is written as null and its key listed under "non_finite".
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -78,13 +82,13 @@ class Reporter:
     def step(self, record: dict) -> None:
         if not self.is_main:
             return
-        append_jsonl(self.out / METRICS_FILE, record)
+        append_jsonl(self.out / METRICS_FILE, strict_json(record))
         scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"]}
         if "train_loss" in record:
             scalars["train/loss"] = record["train_loss"]
         self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
         if not self.console.is_terminal:  # the bar shows progress on a terminal
-            loss = f"loss {record['train_loss']:.4f}" if "train_loss" in record else "loss (on the last stage)"
+            loss = f"loss {_number(record['train_loss'])}" if "train_loss" in record else "loss (on the last stage)"
             lr = f"  lr {record['lr']:.3g}" if record["lr"] is not None else ""
             print(f"step {record['step']:>6}/{record['total_steps']}  epoch {record['epoch']}/{record['epochs']}  "
                   f"{loss}{lr}  {record['samples_per_second']:,.0f} samples/s  "
@@ -96,20 +100,21 @@ class Reporter:
         if self._resumed_at is not None:  # the first epoch record after a resume says so
             record = {**record, "resumed_at_step": self._resumed_at}
             self._resumed_at = None
-        append_jsonl(self.out / METRICS_FILE, record)
-        self.trackers.log({"eval/loss": record["eval_loss"], "eval/accuracy": record["eval_accuracy"],
-                           "train/epoch_loss": record["train_loss"],
-                           "train/epoch_samples_per_second": record["samples_per_second"],
-                           "epoch": record["epoch"]}, record["step"])
-        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  "
-                 f"held-out loss {record['eval_loss']:.4f}  held-out acc {record['eval_accuracy']:.4f}  "
+        append_jsonl(self.out / METRICS_FILE, strict_json(record))
+        scalars = {"eval/loss": record["eval_loss"], "eval/accuracy": record["eval_accuracy"],
+                   "train/epoch_loss": record["train_loss"],
+                   "train/epoch_samples_per_second": record["samples_per_second"], "epoch": record["epoch"]}
+        self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
+        held_out = (f"held-out loss {_number(record['eval_loss'])}  held-out acc {_number(record['eval_accuracy'])}"
+                    if record["eval_samples"] else "held-out: none (the held-out set is empty)")
+        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {_number(record['train_loss'])}  {held_out}  "
                  f"{record['samples_per_second']:,.0f} samples/s")
 
     def finish(self, summary: dict) -> None:
         if not self.is_main:
             return
-        write_json_atomic(self.out / SUMMARY_FILE, summary)
-        self.trackers.finish(summary)
+        write_json_atomic(self.out / SUMMARY_FILE, strict_json(summary))
+        self.trackers.finish({k: v for k, v in summary.items() if v is not None})  # they drop NaN/inf themselves
         table = Table(title="scaletrain summary", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value", overflow="fold")
@@ -121,8 +126,9 @@ class Reporter:
                                  f"{summary['threads_per_process']} thread(s) per process"),
             ("workload", summary["workload"]),
             ("global batch", f"{summary['global_batch_size']} (lr {summary['lr']:g})"),
-            ("held-out accuracy", f"{summary['final_accuracy']:.4f} on {summary['eval_samples']} samples"),
-            ("held-out loss", f"{summary['final_loss']:.4f}"),
+            ("held-out accuracy", f"{_number(summary['final_accuracy'])} on {summary['eval_samples']} samples"
+                                  if summary["eval_samples"] else "none: the held-out set is empty"),
+            ("held-out loss", _number(summary["final_loss"]) if summary["eval_samples"] else "none"),
             ("samples/s", f"{summary['samples_per_second']:,.0f}"),
             ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
             ("wall time", f"{summary['wall_seconds']:.1f} s from the command"),
@@ -132,6 +138,28 @@ class Reporter:
             table.add_row(key, str(value))
         self.console.print(table)
         self.console.file.flush()
+
+
+def held_out_metrics(evaluation: dict) -> dict:
+    """An evaluation on no samples has no loss or accuracy (None), rather than 0."""
+    if evaluation["count"]:
+        return evaluation
+    return {**evaluation, "loss": None, "accuracy": None}
+
+
+def strict_json(record: dict) -> dict:
+    """`record` with NaN and infinite numbers as None, their keys listed under "non_finite"
+    (JSON has no NaN: strict readers reject the token Python would write)."""
+    bad = sorted(k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v))
+    if not bad:
+        return record
+    return {**record, **{k: None for k in bad}, "non_finite": bad}
+
+
+def _number(value) -> str:
+    if value is None:
+        return "none"
+    return f"{value:.4f}" if math.isfinite(value) else str(value)
 
 
 def read_records(path: Path) -> list[dict]:
