@@ -97,6 +97,6 @@ def test_an_empty_held_out_set_is_reported_as_none(tmp_path):
                         "--out", str(out), timeout=90)
     assert result.returncode == 0, result.stderr
     assert "held-out: none (the held-out set is empty)" in result.stdout
-    assert "held-out acc" not in result.stdout and "0.0000" not in result.stdout
+    assert "held-out acc " not in result.stdout and "0.0000" not in result.stdout
     summary = strict((out / "summary.json").read_text())
     assert summary["eval_samples"] == 0 and summary["final_accuracy"] is None and summary["final_loss"] is None
