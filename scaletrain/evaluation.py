@@ -166,12 +166,17 @@ def evaluate(prepared, dataset, *, batch_size: int, loss_fn: Optional[Callable],
     finally:
         prepared.model.train(was_training)
     names = _agree_on_names(names, prepared)
+    if not names:  # no process saw an output (an empty set): the loss, as None
+        names = ["loss"]
+    if not wanted:  # this process saw no output: the names' kinds are the defaults'
+        wanted = {name: name for name in names}
     totals = torch.stack([count] + [sums.get(n, torch.zeros((), dtype=torch.float64, device=device)) for n in names])
     totals = all_reduce(totals)
     n = int(totals[0].item())
     result = {name: (totals[i + 1].item() / n if n else None) for i, name in enumerate(names)}
-    if "perplexity" in result and result["perplexity"] is not None:
-        result["perplexity"] = math.exp(min(result["perplexity"], 700.0))  # summed as the mean loss
+    for name in names:
+        if wanted.get(name) == "perplexity" and result[name] is not None:
+            result[name] = math.exp(min(result[name], 700.0))  # summed as the mean loss
     result["count"] = n
     return result
 
