@@ -32,6 +32,7 @@ from .backends import choose_backend
 from .batches import NO_TARGETS
 from . import evaluation
 from .checkpoint import DEFAULT_KEEP, Checkpointer
+from .compiling import compile_blocks
 from .context import ProcessContext
 from .data import ShardedLoader
 from .defaults import HANG_TIMEOUT_S
@@ -101,6 +102,10 @@ class Run(RunCollectives):
         Call it once per model (a GAN's generator and discriminator: twice)."""
         prepared = self.strategy.setup(self.ctx, model, optimizer)
         self._prepared[id(prepared.model)] = prepared
+        if self.strategy.options.compile:
+            compiled = compile_blocks(prepared.module)
+            self.print(f"scaletrain: torch.compile on {len(compiled)} block(s) ({', '.join(compiled) or 'the model'}); "
+                       "the first steps are slow while they compile")
         if prepared.banner:
             self.print(prepared.banner)
         if scheduler is not None:
@@ -170,10 +175,16 @@ class Run(RunCollectives):
     def accumulate(self, model: nn.Module):
         """Context around a micro-step's forward and backward: gradients are not
         synchronised inside it, except on the last micro-step of an accumulation cycle
-        (`grad_accum=N`), whose backward synchronises everything accumulated."""
+        (`grad_accum=N`), whose backward synchronises everything accumulated. Entering it
+        on a cycle's first micro-step clears the gradients the previous step left (they stay
+        readable until then)."""
+        prepared = self.prepared(model)
+        if self._micro_step == 0:
+            for parameter in prepared.model.parameters():
+                parameter.grad = None
         if self.stepping:
             return contextlib.nullcontext()
-        return self.prepared(model).no_sync()
+        return prepared.no_sync()
 
     @property
     def stepping(self) -> bool:
@@ -207,13 +218,12 @@ class Run(RunCollectives):
     def step(self, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> bool:
         """Ends a micro-step: on the last one of an accumulation cycle (every one, without
         accumulation) the optimizer steps (fp16: through the gradient scaler, which skips a
-        step whose gradients overflowed), the gradients are zeroed and `scheduler` steps.
-        Counts the step for checkpoints and hang reports. Returns True when it stepped."""
+        step whose gradients overflowed) and `scheduler` steps. Counts the step for
+        checkpoints and hang reports. Returns True when it stepped."""
         stepped = self.stepping
         if stepped:
             self.scaler.step(optimizer)
             self.scaler.update()
-            optimizer.zero_grad(set_to_none=True)
             if scheduler is not None:
                 scheduler.step()
         self._micro_step = (self._micro_step + 1) % self.strategy.grad_accum

@@ -43,11 +43,13 @@ def test_gpt2_matches_one_process(results, strategy, loop):
         assert min(case["norms"]) > 0.05  # so every step really clipped
 
 
-@pytest.mark.parametrize("name", ["pipeline clip+schedule", "fsdp clip+schedule"])
+@pytest.mark.parametrize("name", ["pipeline clip+schedule", "fsdp clip+schedule", "fsdp clip+schedule compiled"])
 def test_clipping_and_schedules_match_one_process(results, name):
     case = results[name]
     assert case["param_diff"] < ATOL, case
     assert case["lr"] == pytest.approx(case["expected_lr"]), case
+    if name.endswith("compiled"):  # really compiled, and still sharded block by block
+        assert case["graphs"] > 0 and case["sharded"] == ["0", "2", "4"], case
 
 
 def test_two_models_and_two_optimizers_match_one_process(results):

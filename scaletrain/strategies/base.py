@@ -42,6 +42,8 @@ class CommonOptions:
                                     "instead", choices=tuple(PRECISIONS))
     grad_accum: int = option(1, "micro-steps per optimizer step; gradients are synchronised on the last one only, "
                                 "so the batch per optimizer step grows N times", metavar="N", parse=positive_int)
+    compile: bool = option(False, "torch.compile each block of the model in place (names, sharding and unwrap "
+                                  "unchanged); the first steps are slow while it compiles")
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)

@@ -102,8 +102,8 @@ def pipeline_case() -> None:
                      "expected_lr": expected["lr"]})
 
 
-def fsdp_schedule_case() -> None:
-    with scaletrain.init(strategy="fsdp") as run:
+def fsdp_schedule_case(compile: bool = False) -> None:
+    with scaletrain.init(strategy="fsdp", compile=compile) as run:
         model = sequential()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
@@ -114,8 +114,16 @@ def fsdp_schedule_case() -> None:
             run.train_step(model, optimizer, inputs[mine], targets[mine], scheduler=scheduler, max_grad_norm=MAX_NORM)
         expected = sequential_reference()
         state = {k: v.full_tensor() for k, v in run.unwrap(model).state_dict().items()}
-        report(run, {"case": "fsdp clip+schedule", "param_diff": worst(max_difference(state, expected["state"])),
-                     "lr": optimizer.param_groups[0]["lr"], "expected_lr": expected["lr"]})
+        report(run, {"case": "fsdp clip+schedule" + (" compiled" if compile else ""),
+                     "param_diff": worst(max_difference(state, expected["state"])),
+                     "lr": optimizer.param_groups[0]["lr"], "expected_lr": expected["lr"],
+                     "graphs": compiled_graphs(), "sharded": run.describe().get("sharded_blocks")})
+
+
+def compiled_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 def gan_case() -> None:
@@ -137,8 +145,7 @@ def gan_case() -> None:
             with run.accumulate(generator):
                 loss_g = discriminator(generator(noise)).mean()
                 run.backward(loss_g)
-            run.step(opt_g)
-            opt_d.zero_grad(set_to_none=True)  # the generator's step left gradients in the discriminator
+            run.step(opt_g)  # the discriminator's gradients from this go when its accumulate() starts
         expected = gan_reference()
         diff = max(max_difference(run.unwrap(generator).state_dict(), expected["generator"]),
                    max_difference(run.unwrap(discriminator).state_dict(), expected["discriminator"]))
@@ -164,5 +171,6 @@ if __name__ == "__main__":
             gpt2_case(strategy, loop)
     pipeline_case()
     fsdp_schedule_case()
+    fsdp_schedule_case(compile=True)
     gan_case()
     stream_case()
