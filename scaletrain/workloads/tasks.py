@@ -5,7 +5,8 @@
 - lm (language model): cross-entropy at every position of logits (B, T, V) against the next
   tokens (B, T); loss, perplexity (exp of the loss) and next-token accuracy;
 - own: the model computes its loss itself (dict batches with labels, as transformers
-  models do); loss, and perplexity, which is meaningful when that loss is a cross-entropy.
+  models do); loss (what it means is the model's: perplexity is exp of it for a language
+  model's cross-entropy).
 
 `derive` picks one from a training sample when the user does not say (--task).
 """
@@ -30,15 +31,30 @@ def mse(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class Task:
     name: str
-    loss_fn: Optional[Callable]  # None: the model's own loss
+    loss: Optional[Callable]  # None: the model's own loss
     metrics: tuple[str, ...]
+    wants: str = ""  # what the loss needs of the model's output
+
+    @property
+    def loss_fn(self) -> Optional[Callable]:
+        """The loss, refusing in one line an output it cannot take (a dict from a model that
+        computes its own loss, given --task classification)."""
+        if self.loss is None:
+            return None
+
+        def loss(output, *targets):
+            if not isinstance(output, torch.Tensor):
+                raise UsageError(f"--task {self.name} needs the model to return {self.wants}, but it returned a "
+                                 f"{type(output).__name__}; for a model that computes its own loss use --task own")
+            return self.loss(output, *targets)
+        return loss
 
 
 TASKS = {t.name: t for t in (
-    Task("classification", F.cross_entropy, ("loss", "accuracy")),
-    Task("regression", mse, ("loss",)),
-    Task("lm", lm_loss, ("loss", "perplexity", "accuracy")),
-    Task("own", None, ("loss", "perplexity")),
+    Task("classification", F.cross_entropy, ("loss", "accuracy"), "a tensor of logits (batch, classes)"),
+    Task("regression", mse, ("loss",), "a tensor of predictions"),
+    Task("lm", lm_loss, ("loss", "perplexity", "accuracy"), "a tensor of logits (batch, positions, vocabulary)"),
+    Task("own", None, ("loss",)),
 )}
 
 
