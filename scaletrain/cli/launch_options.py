@@ -34,7 +34,7 @@ def launcher_args(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"cannot split {text!r} like a shell would ({exc})") from None
 
 
-launcher_args.to_text = shlex.join  # config.yaml holds the one string the flag takes, so that it reads back
+launcher_args.to_text = shlex.join  # how a configuration file records it (read back by launcher_args)
 
 
 def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -> None:

@@ -8,17 +8,18 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..version import __version__
 from ..api import init
+from ..batches import batch_size_of
 from ..startup import command_age
 from ..workloads import get_workload
+from ..workloads.tasks import derive, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
 from .finite import NonFiniteGuard
 from .optimizer import adam
-from .report import Reporter, held_out_metrics
+from .report import Reporter
 from .steps import StepRecorder
 
 
@@ -32,6 +33,7 @@ def train(config: TrainConfig, out: Path) -> dict:
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
+        task = get_task(config.task or workload.task or derive(train_set[0]))
         model = workload.build_model()
         optimizer = adam(model.parameters(), lr=lr)
         model, optimizer = run.setup(model, optimizer)
@@ -39,10 +41,11 @@ def train(config: TrainConfig, out: Path) -> dict:
         reporter = Reporter(run.is_main, out, run.trackers)
         global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
-                     f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
+                     f"{run.backend} on {run.device}; {workload.name} ({task.name}), global batch {global_batch}, "
+                     f"{epochs} epoch(s)")
         if run.trackers:
             reporter.say(f"scaletrain: tracking with {run.trackers.describe()}")
-        run.log_config({**config.as_dict(), "epochs": epochs, "lr": lr, "world_size": run.world_size,
+        run.log_config({**config.as_dict(), "epochs": epochs, "lr": lr, "task": task.name, "world_size": run.world_size,
                         "global_batch_size": global_batch, "workload_name": workload.name})
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
@@ -66,15 +69,16 @@ def train(config: TrainConfig, out: Path) -> dict:
             start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
             epoch_start = time.perf_counter()
             with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
-                for inputs, targets in loader:
+                for batch in loader:
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
-                    loss = run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
+                    loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
+                                          max_grad_norm=config.clip_grad_norm)
                     loss_sum += loss
                     finite.track(loss, run.steps_taken)
                     if startup_seconds is None:  # from the user's command, not from train()
                         startup_seconds = command_age(run.env) or time.perf_counter() - started
                     steps += 1
-                    samples += len(targets)
+                    samples += batch_size_of(batch)
                     advance()
                     if finite.due(run.steps_taken):  # every rank at the same step: a collective
                         finite.check(run.steps_taken)
@@ -89,10 +93,11 @@ def train(config: TrainConfig, out: Path) -> dict:
             train_seconds += seconds
             trained_samples += epoch_samples
             finite.check(run.steps_taken)
-            evaluation = held_out_metrics(run.evaluate(model, held_out, batch_size=config.eval_batch_size))
+            evaluation = run.evaluate(model, held_out, batch_size=config.eval_batch_size, loss_fn=task.loss_fn,
+                                      metrics=task.metrics)
             record = {"kind": "epoch", "epoch": epoch, "epochs": epochs, "step": run.steps_taken,
                       "train_loss": run.mean(loss_sum / max(steps, 1)).item(),
-                      "eval_loss": evaluation["loss"], "eval_accuracy": evaluation["accuracy"],
+                      **{f"eval_{name}": evaluation[name] for name in task.metrics},
                       "eval_samples": evaluation["count"], "samples_per_second": epoch_samples / seconds,
                       "epoch_seconds": seconds, "lr": optimizer.param_groups[0].get("lr"), "wall_seconds": wall()}
             reporter.epoch(record)
@@ -106,8 +111,8 @@ def train(config: TrainConfig, out: Path) -> dict:
             "global_batch_size": global_batch,
             "lr": lr,
             "seed": config.seed,
-            "final_accuracy": record["eval_accuracy"],
-            "final_loss": record["eval_loss"],
+            "task": task.name,
+            **{f"final_{name}": record[f"eval_{name}"] for name in task.metrics},
             "final_train_loss": record["train_loss"],
             "eval_samples": record["eval_samples"],
             "train_samples": len(train_set),

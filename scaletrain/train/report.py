@@ -33,6 +33,10 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
 
 
+#: Held-out metrics a task may report, in the order shown, with their short names in a line.
+EVAL_METRICS = {"loss": "loss", "accuracy": "acc", "perplexity": "ppl"}
+
+
 class Reporter:
     """Does nothing on ranks other than 0: N processes must not print N copies."""
 
@@ -88,7 +92,7 @@ class Reporter:
             scalars["train/loss"] = record["train_loss"]
         self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
         if not self.console.is_terminal:  # the bar shows progress on a terminal
-            loss = f"loss {_number(record['train_loss'])}" if "train_loss" in record else "loss (on the last stage)"
+            loss = f"loss {record['train_loss']:.4f}" if "train_loss" in record else "loss (on the last stage)"
             lr = f"  lr {record['lr']:.3g}" if record["lr"] is not None else ""
             print(f"step {record['step']:>6}/{record['total_steps']}  epoch {record['epoch']}/{record['epochs']}  "
                   f"{loss}{lr}  {record['samples_per_second']:,.0f} samples/s  "
@@ -101,14 +105,16 @@ class Reporter:
             record = {**record, "resumed_at_step": self._resumed_at}
             self._resumed_at = None
         append_jsonl(self.out / METRICS_FILE, strict_json(record))
-        scalars = {"eval/loss": record["eval_loss"], "eval/accuracy": record["eval_accuracy"],
-                   "train/epoch_loss": record["train_loss"],
-                   "train/epoch_samples_per_second": record["samples_per_second"], "epoch": record["epoch"]}
-        self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
-        held_out = (f"held-out loss {_number(record['eval_loss'])}  held-out acc {_number(record['eval_accuracy'])}"
-                    if record["eval_samples"] else "held-out: none (the held-out set is empty)")
-        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {_number(record['train_loss'])}  {held_out}  "
-                 f"{record['samples_per_second']:,.0f} samples/s")
+        self.trackers.log({**{f"eval/{name}": record[f"eval_{name}"] for name in EVAL_METRICS
+                              if record.get(f"eval_{name}") is not None},
+                           "train/epoch_loss": record["train_loss"],
+                           "train/epoch_samples_per_second": record["samples_per_second"],
+                           "epoch": record["epoch"]}, record["step"])
+        held_out = "  ".join(f"held-out {EVAL_METRICS[name]} {record[f'eval_{name}']:.4f}" for name in EVAL_METRICS
+                             if record.get(f"eval_{name}") is not None) if record["eval_samples"] else \
+            "held-out: none (the held-out set is empty)"
+        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  "
+                 f"{held_out}  {record['samples_per_second']:,.0f} samples/s")
 
     def finish(self, summary: dict) -> None:
         if not self.is_main:
@@ -126,9 +132,9 @@ class Reporter:
                                  f"{summary['threads_per_process']} thread(s) per process"),
             ("workload", summary["workload"]),
             ("global batch", f"{summary['global_batch_size']} (lr {summary['lr']:g})"),
-            ("held-out accuracy", f"{_number(summary['final_accuracy'])} on {summary['eval_samples']} samples"
-                                  if summary["eval_samples"] else "none: the held-out set is empty"),
-            ("held-out loss", _number(summary["final_loss"]) if summary["eval_samples"] else "none"),
+            *[(f"held-out {name}", f"{summary[f'final_{name}']:.4f}") for name in EVAL_METRICS
+              if summary.get(f"final_{name}") is not None],
+            ("held-out samples", summary["eval_samples"]),
             ("samples/s", f"{summary['samples_per_second']:,.0f}"),
             ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
             ("wall time", f"{summary['wall_seconds']:.1f} s from the command"),
@@ -140,13 +146,6 @@ class Reporter:
         self.console.file.flush()
 
 
-def held_out_metrics(evaluation: dict) -> dict:
-    """An evaluation on no samples has no loss or accuracy (None), rather than 0."""
-    if evaluation["count"]:
-        return evaluation
-    return {**evaluation, "loss": None, "accuracy": None}
-
-
 def strict_json(record: dict) -> dict:
     """`record` with NaN and infinite numbers as None, their keys listed under "non_finite"
     (JSON has no NaN: strict readers reject the token Python would write)."""
@@ -154,12 +153,6 @@ def strict_json(record: dict) -> dict:
     if not bad:
         return record
     return {**record, **{k: None for k in bad}, "non_finite": bad}
-
-
-def _number(value) -> str:
-    if value is None:
-        return "none"
-    return f"{value:.4f}" if math.isfinite(value) else str(value)
 
 
 def read_records(path: Path) -> list[dict]:
