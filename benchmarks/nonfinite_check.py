@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import scaletrain
-from scaletrain.defaults import LOG_EVERY_STEPS
-from scaletrain.train.finite import NonFiniteGuard
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's scaletrain, run from anywhere
+
+import scaletrain  # noqa: E402
+from scaletrain.defaults import LOG_EVERY_STEPS  # noqa: E402
+from scaletrain.train.finite import NonFiniteGuard  # noqa: E402
 
 
 def timed_steps(run, model, optimizer, batch, steps: int, guard=None) -> float:
