@@ -11,16 +11,20 @@ its verdict the same rule as bench's (worth it / not worth it at `--worth-at`, f
 interval). The long rounds are spread between the bench runs (a few before each, the rest
 after the last), so that both see the same hours of the machine.
 
-Every command runs under `flock /tmp/scaletrain-cpu.lock` (one measurement at a time on a
-shared machine; `--lock-held` when the whole script already runs under it). Prints a table
-of the bench runs and a summary; `--json FILE` writes everything. Exits 1 unless every bench
-verdict agrees with the long measurement's and at least `--runs` − 1 intervals contain its
-speedup.
+The script takes the lock /tmp/scaletrain-cpu.lock (one measurement at a time on a shared
+machine) for each bench run together with the long rounds before it, a few minutes at a
+time (`--lock-held` when the whole script already runs under it). Prints a table of the
+bench runs and a summary; `--json FILE` writes everything; `--keep DIR` keeps every bench's
+folder (bench.json with its probes: benchmarks/plan_vs_bench.py --from reads them). Exits 1
+unless every bench verdict agrees with the long measurement's and at least `--runs` − 1
+intervals contain its speedup.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import statistics
@@ -44,9 +48,22 @@ def _env() -> dict:
     return env
 
 
-def _run(cmd: list[str], lock_held: bool, timeout: float = 1800) -> str:
-    full = cmd if lock_held else ["flock", LOCK, *cmd]
-    done = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+@contextlib.contextmanager
+def machine_lock(lock_held: bool):
+    """The shared lock (the one `flock /tmp/scaletrain-cpu.lock` takes) for a stretch of runs."""
+    if lock_held:
+        yield
+        return
+    with open(LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run(cmd: list[str], timeout: float = 1800) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done.stdout
@@ -59,7 +76,7 @@ def long_round(args, index: int, tmp: Path) -> tuple[float, float]:
         result = tmp / f"long-{index}-{nproc}.json"
         _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
               str(REPO / "benchmarks" / "run_scaletrain_api.py"), "--workload", args.workload,
-              "--epochs", str(args.long_epochs), "--result", str(result)], args.lock_held)
+              "--epochs", str(args.long_epochs), "--result", str(result)])
         rates[nproc] = json.loads(result.read_text())["samples_per_second"]
     print(f"long round {index + 1}: 1 process {rates[1]:,.0f} samples/s, 2 processes {rates[2]:,.0f} "
           f"({rates[2] / rates[1]:.3f}×)", flush=True)
@@ -69,7 +86,7 @@ def long_round(args, index: int, tmp: Path) -> tuple[float, float]:
 def bench_run(args, index: int, tmp: Path) -> dict:
     out = tmp / f"bench-{index}"
     _run([sys.executable, "-m", "scaletrain", "bench", "--workload", args.workload, "--nproc", "1,2",
-          *args.bench_args, "--out", str(out)], args.lock_held)
+          *args.bench_args, "--out", str(out)])
     doc = json.loads((out / "bench.json").read_text())
     two = next(r for r in doc["configurations"] if r["strategy"] == "ddp" and r["nproc"] == 2)
     run = {"verdict": doc["verdict"]["kind"], "speedup": two["speedup"], "rounds": two["rounds"],
@@ -96,18 +113,27 @@ def main() -> int:
     p.add_argument("--bench-args", default="", help="extra arguments for bench, e.g. '--budget 120' (default none)")
     p.add_argument("--lock-held", action="store_true", help="the caller holds the lock already")
     p.add_argument("--json", type=Path, help="write the runs and the summary to this file")
+    p.add_argument("--keep", type=Path, help="keep every run's files in this folder (default: a temporary one)")
     args = p.parse_args()
     args.bench_args = args.bench_args.split()
     per_gap = max(1, args.long_rounds // (args.runs + 1))
     long_rates: list[tuple[float, float]] = []
     runs = []
-    with tempfile.TemporaryDirectory(prefix="verdict-check-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = args.keep
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="verdict-check-")))
         for i in range(args.runs):
-            for _ in range(per_gap):
-                long_rates.append(long_round(args, len(long_rates), Path(tmp)))
-            runs.append(bench_run(args, i, Path(tmp)))
+            with machine_lock(args.lock_held):
+                for _ in range(per_gap):
+                    long_rates.append(long_round(args, len(long_rates), tmp))
+                runs.append(bench_run(args, i, tmp))
         while len(long_rates) < args.long_rounds:
-            long_rates.append(long_round(args, len(long_rates), Path(tmp)))
+            with machine_lock(args.lock_held):
+                for _ in range(min(per_gap, args.long_rounds - len(long_rates))):
+                    long_rates.append(long_round(args, len(long_rates), tmp))
     ratios = paired_ratios([two for _, two in long_rates], [one for one, _ in long_rates])
     long = ratio_spread(ratios)
     truth = long_verdict(long, args.worth_at)
