@@ -25,21 +25,23 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from . import process_group
 from .backends import choose_backend
-from .batches import NO_TARGETS, move_to
+from .batches import NO_TARGETS
+from . import evaluation
 from .checkpoint import DEFAULT_KEEP, Checkpointer
+from .compiling import compile_blocks
 from .context import ProcessContext
-from .data import ShardedLoader, eval_loader
+from .data import ShardedLoader
 from .defaults import HANG_TIMEOUT_S
 from .devices import choose_device, pin_cores, threads_per_process
 from .environment import DistEnv, detect
 from .errors import UsageError, arg
 from .fault.start import backstop_timeout, start_watchdog
+from .precision import LossScaler
+from .run_collectives import RunCollectives
 from .strategies import Prepared, Strategy, get_strategy
 from .strategies.model_state import ModuleState
 from .track import Trackers, TrackerSpec, check_trackers, open_trackers
@@ -52,7 +54,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class Run:
+class Run(RunCollectives):
     """One process's view of a distributed training run."""
 
     def __init__(self, env: DistEnv, strategy: Strategy, ctx: ProcessContext, owns_group: bool, seed: int):
@@ -69,6 +71,7 @@ class Run:
         self._watchdog = None  # hang detection, when there are peers to wait for
         self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
         self.trackers = Trackers([])  # init(trackers=...): rank 0's experiment trackers
+        self.scaler = LossScaler(strategy.precision, ctx.device, strategy.shards_gradients)  # fp16's loss scaling
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -95,12 +98,19 @@ class Run:
         """Places and wraps the model for the strategy and points the optimizer (your own
         object, changed in place) at the parameters this process trains, so a scheduler
         bound to it keeps driving it. Returns the model; (model, optimizer) when an
-        optimizer is given; (model, optimizer, scheduler) when a scheduler is given too."""
+        optimizer is given; (model, optimizer, scheduler) when a scheduler is given too.
+        Call it once per model (a GAN's generator and discriminator: twice)."""
         prepared = self.strategy.setup(self.ctx, model, optimizer)
         self._prepared[id(prepared.model)] = prepared
+        if self.strategy.options.compile:
+            compiled = compile_blocks(prepared.module)
+            self.print(f"scaletrain: torch.compile on {len(compiled)} block(s) ({', '.join(compiled) or 'the model'}); "
+                       "the first steps are slow while they compile")
         if prepared.banner:
             self.print(prepared.banner)
         if scheduler is not None:
+            if getattr(scheduler, "optimizer", prepared.optimizer) is not prepared.optimizer:
+                scheduler.optimizer = prepared.optimizer  # drive the optimizer that really steps
             return prepared.model, prepared.optimizer, scheduler
         return prepared.model if optimizer is None else (prepared.model, prepared.optimizer)
 
@@ -120,7 +130,13 @@ class Run:
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:
         """A loader over this rank's shard; `batch_size` is per process. Batches arrive on
-        `run.device`, and every pass over the loader is a new epoch with a new order."""
+        `run.device`, and every pass over the loader is a new epoch with a new order.
+
+        `dataset`: map-style (shuffled and shared out by a distributed sampler, or by your
+        own `sampler=`, of which each rank takes every N-th index), or an IterableDataset
+        (a stream: dealt out as it is read, each sample to one rank and one worker per
+        epoch; it must yield the same samples in the same order on every rank).
+        `collate_fn`, `num_workers` and DataLoader's other arguments pass through."""
         rank, size = self.strategy.data_parallel(self.ctx)
         drop_last = drop_last or self.strategy.whole_batches_only()
         return ShardedLoader(dataset, batch_size, shard=rank, num_shards=size, shuffle=shuffle,
@@ -128,30 +144,93 @@ class Run:
                              device=self.device, **loader_kwargs)
 
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, targets: Any = NO_TARGETS,
-                   loss_fn: Optional[Callable] = None) -> torch.Tensor:
-        """zero_grad, forward, backward (gradients synchronised), optimizer step, for one
-        batch: `(inputs, targets)` (or `inputs, targets` as two arguments), a mapping passed
-        as `model(**batch)`, or a tensor. The loss is `loss_fn(output, ...)` when given, else
-        the model's own (`output.loss`). Returns the loss as a detached tensor: no host
-        synchronisation in the hot loop.
+                   loss_fn: Optional[Callable] = None, *, scheduler: Any = None,
+                   max_grad_norm: Optional[float] = None) -> torch.Tensor:
+        """zero_grad, forward, backward (gradients synchronised), clipping, optimizer step,
+        for one batch: `(inputs, targets)` (or `inputs, targets` as two arguments), a mapping
+        passed as `model(**batch)`, or a tensor. The loss is `loss_fn(output, ...)` when
+        given, else the model's own (`output.loss`). Returns the loss as a detached tensor:
+        no host synchronisation in the hot loop. `scheduler` steps after the optimizer;
+        `max_grad_norm` clips the gradients' norm first (see `clip_grad_norm`).
 
         With `grad_accum=N` a call is one micro-step: the optimizer steps on every N-th call,
         the N-1 before it accumulate gradients without synchronising them (each loss scaled
-        by 1/N), so N calls on batches of B equal one step on a batch of N*B."""
-        accum = self.strategy.grad_accum
+        by 1/N), so N calls on batches of B equal one step on a batch of N*B.
+
+        It is `accumulate`, `backward`, `clip_grad_norm` and `step`, the calls a
+        hand-written loop uses; the forward and backward are the strategy's (a pipeline
+        runs them on its schedule)."""
         with self.watch("train step"):
             if self._micro_step == 0:
                 optimizer.zero_grad(set_to_none=True)
-            last = self._micro_step == accum - 1
-            with contextlib.nullcontext() if last else self.no_sync(model):
-                loss = self.forward_backward(model, batch, targets, loss_fn, scale=1.0 / accum)
-            if last:
-                optimizer.step()
-            self._micro_step = (self._micro_step + 1) % accum
+            with self.accumulate(model):
+                scale = self.scaler.factor() / self.strategy.grad_accum
+                loss = self.prepared(model).forward_backward(batch, targets, loss_fn, scale=scale)
+            if max_grad_norm is not None:
+                self.clip_grad_norm(model, max_grad_norm)
+            self.step(optimizer, scheduler)
+        return loss
+
+    # -- the calls of a hand-written loop -----------------------------------------------
+    def accumulate(self, model: nn.Module):
+        """Context around a micro-step's forward and backward: gradients are not
+        synchronised inside it, except on the last micro-step of an accumulation cycle
+        (`grad_accum=N`), whose backward synchronises everything accumulated. Entering it
+        on a cycle's first micro-step clears the gradients the previous step left (they stay
+        readable until then)."""
+        prepared = self.prepared(model)
+        if self._micro_step == 0:
+            for parameter in prepared.model.parameters():
+                parameter.grad = None
+        if self.stepping:
+            return contextlib.nullcontext()
+        return prepared.no_sync()
+
+    @property
+    def stepping(self) -> bool:
+        """True on the micro-step after which the optimizer steps (always, without accumulation)."""
+        return self._micro_step == self.strategy.grad_accum - 1
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """loss.backward(), with the loss divided by the accumulation's micro-steps and, for
+        fp16, multiplied by the gradient scaler's factor. Under pipeline, forward and
+        backward run on the strategy's schedule: use `train_step` or `forward_backward`."""
+        self.scaler.scale(loss / self.strategy.grad_accum).backward()
+
+    def clip_grad_norm(self, model: nn.Module, max_norm: float, norm_type: float = 2.0) -> Optional[torch.Tensor]:
+        """Scales the gradients of `model` down so that their norm — the whole model's, as one
+        process would compute it: across FSDP's shards and a pipeline's stages — is at most
+        `max_norm`. Returns that norm (before clipping), or None on an accumulation
+        micro-step, where the gradient is not complete and nothing is done. With fp16 the
+        gradients are unscaled first."""
+        if not self.stepping:
+            return None
+        prepared = self.prepared(model)
+        if prepared.optimizer is not None:
+            self.scaler.unscale(prepared.optimizer)
+        elif self.scaler.enabled:
+            raise UsageError("clip_grad_norm under fp16 needs the optimizer: give it to run.setup(model, optimizer)")
+        parameters = [p for p in prepared.model.parameters() if p.grad is not None]
+        norm = prepared.grad_norm(parameters, norm_type)
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
+        return norm
+
+    def step(self, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> bool:
+        """Ends a micro-step: on the last one of an accumulation cycle (every one, without
+        accumulation) the optimizer steps (fp16: through the gradient scaler, which skips a
+        step whose gradients overflowed) and `scheduler` steps. Counts the step for
+        checkpoints and hang reports. Returns True when it stepped."""
+        stepped = self.stepping
+        if stepped:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+            if scheduler is not None:
+                scheduler.step()
+        self._micro_step = (self._micro_step + 1) % self.strategy.grad_accum
         self.steps_taken += 1
         if self._watchdog is not None:
             self._watchdog.step = self.steps_taken
-        return loss
+        return stepped
 
     def forward_backward(self, model: nn.Module, batch: Any, targets: Any = NO_TARGETS,
                          loss_fn: Optional[Callable] = None, scale: float = 1.0) -> torch.Tensor:
@@ -175,33 +254,22 @@ class Run:
         return found.module if found is not None and found.model is not found.module else getattr(model, "module", model)
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, dataset, batch_size: int = 256,
-                 loss_fn: Callable = F.cross_entropy) -> dict:
-        """Loss and accuracy over `dataset`, each sample counted exactly once whatever the
-        world size. Every rank must call it. `loss_fn` must accept `reduction="none"`."""
-        with self.watch("evaluate"):
-            return self._evaluate(self.prepared(model), dataset, batch_size, loss_fn)
+    def evaluate(self, model: nn.Module, dataset, batch_size: int = 256, loss_fn: Optional[Callable] = None,
+                 metrics: Any = None, collate_fn: Optional[Callable] = None, **loader_kwargs) -> dict:
+        """Metrics over `dataset` (map-style or an IterableDataset, batches of any form the
+        model takes), each sample counted exactly once whatever the world size; returns
+        {name: value, ..., "count": samples}. Every rank must call it.
 
-    def _evaluate(self, prepared: Prepared, dataset, batch_size, loss_fn) -> dict:
+        `metrics`: names among "loss", "accuracy", "perplexity", functions
+        `fn(output, batch) -> number` (a batch's mean), or a mapping name -> either; by
+        default the loss, and the accuracy when the model is a classifier (a tensor of
+        logits, integer targets). The loss is `loss_fn(output, targets...)` (a mean over the
+        batch) when given, else the model's own `output.loss`."""
         rank, size = self.strategy.data_parallel(self.ctx)
-        was_training = prepared.model.training
-        prepared.model.eval()
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
-        for inputs, targets, real in eval_loader(dataset, batch_size, rank, size, self.device):
-            inputs, targets, real = move_to((inputs, targets, real), self.device)
-            logits = prepared.predict(inputs)
-            if logits is None:  # a process that does not hold the model's output
-                continue
-            real = real.to(torch.float64)
-            losses = loss_fn(logits.float(), targets, reduction="none").to(torch.float64)
-            totals[0] += (losses * real).sum()
-            totals[1] += ((logits.argmax(dim=-1) == targets).to(torch.float64) * real).sum()
-            totals[2] += real.sum()
-        prepared.model.train(was_training)
-        totals = self._all_reduce(totals)
-        count = int(totals[2].item())
-        return {"loss": totals[0].item() / max(count, 1), "accuracy": totals[1].item() / max(count, 1),
-                "count": count}
+        with self.watch("evaluate"):
+            return evaluation.evaluate(self.prepared(model), dataset, batch_size=batch_size, loss_fn=loss_fn,
+                                       metrics=metrics, collate_fn=collate_fn, shard=rank, num_shards=size,
+                                       device=self.device, all_reduce=self._all_reduce, loader_kwargs=loader_kwargs)
 
     # -- communication helpers ----------------------------------------------------------
     def watch(self, name: str):
@@ -210,36 +278,6 @@ class Run:
         this process exits (see docs/fault-tolerance.md). train_step, evaluate, sum, mean,
         barrier and checkpoints are watched already."""
         return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
-
-    def _all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            with self.watch("all-reduce"):
-                dist.all_reduce(tensor, op=op)
-        return tensor
-
-    def _as_tensor(self, value) -> torch.Tensor:
-        if isinstance(value, torch.Tensor):
-            return value.detach().to(self.device, torch.float64).clone()
-        return torch.tensor(value, dtype=torch.float64, device=self.device)
-
-    def sum(self, value) -> float | torch.Tensor:
-        """Sum of `value` over all ranks (a float in, a float out; a tensor in, a tensor out)."""
-        out = self._all_reduce(self._as_tensor(value))
-        return out if isinstance(value, torch.Tensor) else out.item()
-
-    def mean(self, value) -> float | torch.Tensor:
-        """Average of a metric across the processes that hold the model's outputs, e.g.
-        `run.mean(loss)`: every rank, except under pipeline, where only last stages have a loss."""
-        mine = self._as_tensor(value)
-        if not self.strategy.holds_outputs(self.ctx):
-            mine = torch.zeros_like(mine)
-        out = self._all_reduce(mine) / self.strategy.output_holders(self.ctx)
-        return out if isinstance(value, torch.Tensor) else out.item()
-
-    def barrier(self) -> None:
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            with self.watch("barrier"):
-                dist.barrier()
 
     # -- checkpoints --------------------------------------------------------------------
     def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto") -> Checkpointer:

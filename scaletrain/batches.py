@@ -90,7 +90,7 @@ def compute_loss(output: Any, rest: tuple, loss_fn: Optional[Callable], inputs: 
         return own
     if isinstance(output, torch.Tensor) and len(rest) == 1 and isinstance(rest[0], torch.Tensor) \
             and rest[0] is not inputs:
-        return F.cross_entropy(output, rest[0].to(output.device))
+        return F.cross_entropy(output.float(), rest[0].to(output.device))
     raise UsageError("the model's output has no loss of its own (no .loss) and no loss function was given; "
                      "pass loss_fn=... (e.g. torch.nn.functional.cross_entropy), or give the model labels")
 

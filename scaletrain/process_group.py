@@ -14,6 +14,8 @@ from .environment import DistEnv
 
 DEFAULT_TIMEOUT = timedelta(seconds=HANG_TIMEOUT_S)
 
+_groups_started = 0  # process groups this process has joined (every rank joins the same ones, in order)
+
 
 def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout: timedelta | None = None) -> bool:
     """Join the job's process group. Returns True when this call created it (and so must
@@ -33,10 +35,14 @@ def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout
         return True
     netif.apply(env.master_addr, os.environ)  # the interface that reaches the master, unless the user named one
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # torchrun's agent keeps its store across restarts: without a prefix per restart, a
-        # restarted group can read the addresses the dead group published and fail to connect.
+        # torchrun's agent keeps its store across restarts, and across the groups one process
+        # joins one after another (a script that calls init twice): without a prefix for each,
+        # a new group can read the addresses a dead group published and fail to connect.
+        global _groups_started
+        _groups_started += 1
         store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False, timeout=timeout)
-        store = dist.PrefixStore(f"scaletrain/restart-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"scaletrain/group-{_groups_started}/restart-{restart}/", store)
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout,
                                 **kwargs)
         return True

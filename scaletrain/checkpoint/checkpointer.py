@@ -54,6 +54,7 @@ class Host(Protocol):
 
     ctx: ProcessContext
     steps_taken: int
+    scaler: Any  # precision.LossScaler: fp16's loss scale is part of the training state
 
     def state_owner(self, model: nn.Module) -> StateOwner: ...
 
@@ -112,7 +113,8 @@ class Checkpointer:
         if loader is not None:
             progress["loader"] = loader.position()
         return {"format": FORMAT, "progress": progress, "rng": collectives.gather_to_rank0(capture_rng()),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None, "extra": extra or {}}
+                "scheduler": scheduler.state_dict() if scheduler is not None else None, "extra": extra or {},
+                "loss_scale": self.host.scaler.state_dict()}  # fp16's scaler: None otherwise
 
     def _save_full(self, step, owner, optimizer, small) -> Path:
         state = owner.state_dict(True, optimizer)
@@ -244,6 +246,7 @@ class Checkpointer:
                 self._load_full(header, state, owner, optimizer)
         if scheduler is not None and header["scheduler"] is not None:
             scheduler.load_state_dict(header["scheduler"])
+        self.host.scaler.load_state_dict(header.get("loss_scale"))
         rng = header["rng"]
         if self.host.ctx.rank < len(rng):  # a rank that did not exist when saving keeps its seeded state
             restore_rng(rng[self.host.ctx.rank])
@@ -284,6 +287,7 @@ class Checkpointer:
                 return CheckpointError(refusal), None
             return {"path": str(folder), "layout": state.get("layout", "full"), "progress": state["progress"],
                     "scheduler": state.get("scheduler"), "rng": state.get("rng") or [], "extra": state.get("extra") or {},
+                    "loss_scale": state.get("loss_scale"),
                     "has_optimizer": state.get("optimizer", state.get("optimizer_settings")) is not None,
                     "optimizer_settings": state.get("optimizer_settings"),
                     "notes": [*notes, *skipped, *differences]}, state

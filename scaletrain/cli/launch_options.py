@@ -34,6 +34,9 @@ def launcher_args(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"cannot split {text!r} like a shell would ({exc})") from None
 
 
+launcher_args.to_text = shlex.join  # how a configuration file records it (read back by launcher_args)
+
+
 def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -> None:
     g = p.add_argument_group("launching (torchrun's option names; --nproc_per_node spellings work too)")
     _add(g, "--launcher", choices=LAUNCHERS, default="auto",

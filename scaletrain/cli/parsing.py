@@ -5,6 +5,7 @@ abbreviation accepted here would be passed on, unrecognised, to the ranks' comma
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..values import duration, non_negative_int, port, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
@@ -16,6 +17,8 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse's default prints the whole usage first
+        # "argument --nproc-per-node/--nproc_per_node": the flag once, as --help spells it.
+        message = re.sub(r"(--[\w-]+)/--[\w]+(?=[:/ ])", lambda m: m.group(1), message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

@@ -23,6 +23,7 @@ from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..track import check_trackers
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
+from ..workloads.tasks import TASKS
 from . import config_file
 from .config_file import CONFIG_FILE
 from .launch_options import add_launch_arguments, launch_request, launch_requested
@@ -54,6 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
     p.add_argument("--eval-batch-size", type=positive_int, default=256, help="samples per process per evaluation step")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: the workload's)")
+    p.add_argument("--task", choices=["auto", *TASKS], default="auto",
+                   help="what the model learns, which decides loss and held-out metrics: classification (accuracy), "
+                        "regression (MSE), lm (per-position cross-entropy; perplexity), own (the model returns its "
+                        "loss, e.g. dict batches with labels); auto: the workload's, or told from your dataset's "
+                        "samples")
+    p.add_argument("--clip-grad-norm", type=positive_float, metavar="MAX",
+                   help="scale gradients down to this norm (the whole model's, across shards and stages) before "
+                        "each optimizer step")
     p.add_argument("--seed", type=int, default=0, help="seeds weights, held-out split and shuffling (default 0)")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl", "mpi", "ccl"], default="auto",
                    help="communication backend (default: nccl on CUDA, gloo on CPU)")
@@ -77,7 +86,8 @@ def build_parser() -> OneLineParser:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     config = TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
                          epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
-                         lr=args.lr, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
+                         lr=args.lr, task=None if args.task == "auto" else args.task,
+                         clip_grad_norm=args.clip_grad_norm, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
                          device=None if args.device == "auto" else args.device, threads=args.threads,
                          strategy_options=strategy_options_from_args(args), **fault_config(args),
                          **track_config(args))

@@ -28,19 +28,22 @@ from ..batches import NO_TARGETS, call_model, compute_loss, split
 from ..context import ProcessContext
 from ..errors import UsageError, arg
 from ..options import build, check_choice, check_count, option
+from ..precision import PRECISIONS
 from ..values import positive_int
 from . import model_state
-
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
 class CommonOptions:
     """Options every strategy takes."""
 
-    precision: str = option("fp32", "fp32, or bf16: autocast around forward and loss", choices=tuple(PRECISIONS))
+    precision: str = option("fp32", "fp32; bf16 (autocast around forward and loss); fp16 (autocast and a gradient "
+                                    "scaler against underflow); fsdp casts through its mixed-precision policy "
+                                    "instead", choices=tuple(PRECISIONS))
     grad_accum: int = option(1, "micro-steps per optimizer step; gradients are synchronised on the last one only, "
                                 "so the batch per optimizer step grows N times", metavar="N", parse=positive_int)
+    compile: bool = option(False, "torch.compile each block of the model in place (names, sharding and unwrap "
+                                  "unchanged); the first steps are slow while it compiles")
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
@@ -54,6 +57,9 @@ class Strategy:
     Options: ClassVar[type] = CommonOptions
     #: False for strategies that must run as exactly one process (single, dp, mp).
     multi_process: ClassVar[bool] = True
+    #: True when each process holds only a shard of the gradients (fsdp): gradient norms and
+    #: fp16 overflow checks are then agreed over all processes.
+    shards_gradients: ClassVar[bool] = False
 
     def __init__(self, options: Optional[CommonOptions] = None, **values: Any):
         self.options = options if options is not None else build(self.Options, arg("strategy", self.name), values)
@@ -137,7 +143,7 @@ class Prepared:
         self.model, self.optimizer, self.module = model, optimizer, module
 
     def autocast(self):
-        """Mixed precision: bf16 autocast around forward and loss; fp32 does nothing."""
+        """Mixed precision: bf16/fp16 autocast around forward and loss; fp32 does nothing."""
         dtype = PRECISIONS[self.strategy.precision]
         if dtype is None:
             return contextlib.nullcontext()
@@ -151,8 +157,17 @@ class Prepared:
         with self.autocast():
             output = call_model(self.model, inputs)
             loss = compute_loss(output, rest, loss_fn, inputs)
-        (loss * scale if scale != 1.0 else loss).backward()
+        (loss if isinstance(scale, float) and scale == 1.0 else loss * scale).backward()
         return loss.detach()
+
+    def grad_norm(self, parameters: list, norm_type: float = 2.0) -> torch.Tensor:
+        """The norm of the whole model's gradient (what one process training the whole model
+        on the global batch would compute), from this process's `parameters`. Data parallel
+        strategies hold the whole, synchronised gradient in every process."""
+        grads = [p.grad for p in parameters if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.ctx.device)
+        return torch.nn.utils.get_total_norm(grads, norm_type).to(self.ctx.device)
 
     def no_sync(self):
         """Context in which backward does not synchronise gradients (accumulation)."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from ..precision import PRECISIONS
 from .base import Prepared, Strategy
 from .model_state import retarget_optimizer
 
@@ -33,6 +35,17 @@ def shard_units(model: nn.Module) -> list[str]:
 
 class FSDPPrepared(Prepared):
     shards_state = True  # each process holds 1/N: large models are checkpointed sharded
+
+    def autocast(self):
+        return contextlib.nullcontext()  # the mixed-precision policy casts (see FSDPStrategy.setup)
+
+    def grad_norm(self, parameters, norm_type=2.0):
+        norm = super().grad_norm(parameters, norm_type)
+        # Sharded gradients give a partial norm per process; full_tensor() combines them
+        # (a sum of powers, or a max for the infinity norm) into the whole model's.
+        full_tensor = getattr(norm, "full_tensor", None)
+        return full_tensor() if callable(full_tensor) else norm
+
     @contextlib.contextmanager
     def no_sync(self):
         self.model.set_requires_gradient_sync(False)
@@ -48,15 +61,25 @@ class FSDPPrepared(Prepared):
 class FSDPStrategy(Strategy):
     name = "fsdp"
     help = "fully sharded data parallel (FSDP2): parameters, gradients and optimizer state split N ways"
+    shards_gradients = True
+
+    def policy(self) -> MixedPrecisionPolicy:
+        """bf16/fp16: blocks compute in that dtype, parameters and gradient reduction stay
+        fp32 (a reduction in 16 bits loses the small gradients' precision)."""
+        dtype = PRECISIONS[self.precision]
+        if dtype is None:
+            return MixedPrecisionPolicy()
+        return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
     def setup(self, ctx, model, optimizer):
         model.to(ctx.device)
         before = dict(model.named_parameters())
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
         blocks = shard_units(model)
+        policy = self.policy()
         for name in blocks:
-            fully_shard(model.get_submodule(name), mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(model.get_submodule(name), mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
         # fully_shard replaces the parameters with sharded ones: the optimizer must follow.
         prepared = FSDPPrepared(self, ctx, model, retarget_optimizer(optimizer, before, model), module=model)
         prepared.sharded_blocks = blocks

@@ -58,9 +58,10 @@ class PartedModel(nn.Module):
             part.to(device)
         self.__dict__["parts"] = parts  # not registered: the blocks are already under `module`
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if not isinstance(inputs, torch.Tensor):
-            raise UsageError(f"a model split into parts takes one tensor of inputs, not a {type(inputs).__name__}; "
+    def forward(self, inputs: Optional[torch.Tensor] = None, **keywords) -> torch.Tensor:
+        if keywords or not isinstance(inputs, torch.Tensor):
+            given = "keyword arguments (a dict batch)" if keywords else f"a {type(inputs).__name__}"
+            raise UsageError(f"a model split into parts takes one tensor of inputs, not {given}; "
                              "give (inputs, targets) batches, or use strategy ddp or fsdp for other batches")
         chunks = inputs.tensor_split(min(self.microbatches, len(inputs))) if self.microbatches > 1 else [inputs]
         acts: list[Optional[torch.Tensor]] = list(chunks)

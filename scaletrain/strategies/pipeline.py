@@ -210,6 +210,17 @@ class PipelinePrepared(Prepared):
             return torch.zeros((), device=self.ctx.device)
         return (torch.stack([l.detach() for l in losses]).sum() / scale).float()
 
+    def grad_norm(self, parameters, norm_type=2.0):
+        """The stages of one pipeline hold disjoint parts of the model: their norms combine
+        over the pipeline's group (replicas hold the same gradients after synchronisation)."""
+        norm = super().grad_norm(parameters, norm_type).to(torch.float32)
+        if norm_type == float("inf"):
+            dist.all_reduce(norm, op=dist.ReduceOp.MAX, group=self.pipe_group)
+            return norm
+        power = norm ** norm_type
+        dist.all_reduce(power, group=self.pipe_group)
+        return power ** (1.0 / norm_type)
+
     def _all_reduce_gradients(self, replicas):
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         if not grads:

@@ -26,6 +26,10 @@ class TrainConfig:
     """Samples per process per evaluation forward."""
     lr: Optional[float] = None
     """Adam's learning rate; None: the workload's default."""
+    task: Optional[str] = None
+    """classification, regression, lm or own (the model's own loss); None: the workload's, or derived."""
+    clip_grad_norm: Optional[float] = None
+    """Clip the gradients' norm to this before every optimizer step; None: no clipping."""
     seed: int = 0
     """Seeds the initial weights, the held-out split and the shuffling."""
     backend: Optional[str] = None

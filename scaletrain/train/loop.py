@@ -8,12 +8,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..version import __version__
 from ..api import init
+from ..batches import batch_size_of
 from ..startup import command_age
 from ..workloads import get_workload
+from ..workloads.tasks import derive, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
 from .optimizer import adam
@@ -31,6 +32,7 @@ def train(config: TrainConfig, out: Path) -> dict:
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
+        task = get_task(config.task or workload.task or derive(train_set[0]))
         model = workload.build_model()
         optimizer = adam(model.parameters(), lr=lr)
         model, optimizer = run.setup(model, optimizer)
@@ -38,10 +40,11 @@ def train(config: TrainConfig, out: Path) -> dict:
         reporter = Reporter(run.is_main, out, run.trackers)
         global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
-                     f"{run.backend} on {run.device}; {workload.name}, global batch {global_batch}, {epochs} epoch(s)")
+                     f"{run.backend} on {run.device}; {workload.name} ({task.name}), global batch {global_batch}, "
+                     f"{epochs} epoch(s)")
         if run.trackers:
             reporter.say(f"scaletrain: tracking with {run.trackers.describe()}")
-        run.log_config({**config.as_dict(), "epochs": epochs, "lr": lr, "world_size": run.world_size,
+        run.log_config({**config.as_dict(), "epochs": epochs, "lr": lr, "task": task.name, "world_size": run.world_size,
                         "global_batch_size": global_batch, "workload_name": workload.name})
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
@@ -63,13 +66,14 @@ def train(config: TrainConfig, out: Path) -> dict:
             start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
             epoch_start = time.perf_counter()
             with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
-                for inputs, targets in loader:
+                for batch in loader:
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
-                    loss_sum += run.train_step(model, optimizer, inputs, targets, F.cross_entropy)
+                    loss_sum += run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
+                                               max_grad_norm=config.clip_grad_norm)
                     if startup_seconds is None:  # from the user's command, not from train()
                         startup_seconds = command_age(run.env) or time.perf_counter() - started
                     steps += 1
-                    samples += len(targets)
+                    samples += batch_size_of(batch)
                     advance()
                     if run.is_main and recorder.due(run.steps_taken):
                         reporter.step({**recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
@@ -81,10 +85,11 @@ def train(config: TrainConfig, out: Path) -> dict:
             epoch_samples = run.sum(float(samples)) * run.data_parallel_size / run.world_size
             train_seconds += seconds
             trained_samples += epoch_samples
-            evaluation = run.evaluate(model, held_out, batch_size=config.eval_batch_size)
+            evaluation = run.evaluate(model, held_out, batch_size=config.eval_batch_size, loss_fn=task.loss_fn,
+                                      metrics=task.metrics)
             record = {"kind": "epoch", "epoch": epoch, "epochs": epochs, "step": run.steps_taken,
                       "train_loss": run.mean(loss_sum / max(steps, 1)).item(),
-                      "eval_loss": evaluation["loss"], "eval_accuracy": evaluation["accuracy"],
+                      **{f"eval_{name}": evaluation[name] for name in task.metrics},
                       "eval_samples": evaluation["count"], "samples_per_second": epoch_samples / seconds,
                       "epoch_seconds": seconds, "lr": optimizer.param_groups[0].get("lr"), "wall_seconds": wall()}
             reporter.epoch(record)
@@ -98,8 +103,8 @@ def train(config: TrainConfig, out: Path) -> dict:
             "global_batch_size": global_batch,
             "lr": lr,
             "seed": config.seed,
-            "final_accuracy": record["eval_accuracy"],
-            "final_loss": record["eval_loss"],
+            "task": task.name,
+            **{f"final_{name}": record[f"eval_{name}"] for name in task.metrics},
             "final_train_loss": record["train_loss"],
             "eval_samples": record["eval_samples"],
             "train_samples": len(train_set),

@@ -29,6 +29,10 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
 
 
+#: Held-out metrics a task may report, in the order shown, with their short names in a line.
+EVAL_METRICS = {"loss": "loss", "accuracy": "acc", "perplexity": "ppl"}
+
+
 class Reporter:
     """Does nothing on ranks other than 0: N processes must not print N copies."""
 
@@ -97,13 +101,15 @@ class Reporter:
             record = {**record, "resumed_at_step": self._resumed_at}
             self._resumed_at = None
         append_jsonl(self.out / METRICS_FILE, record)
-        self.trackers.log({"eval/loss": record["eval_loss"], "eval/accuracy": record["eval_accuracy"],
+        self.trackers.log({**{f"eval/{name}": record[f"eval_{name}"] for name in EVAL_METRICS
+                              if record.get(f"eval_{name}") is not None},
                            "train/epoch_loss": record["train_loss"],
                            "train/epoch_samples_per_second": record["samples_per_second"],
                            "epoch": record["epoch"]}, record["step"])
+        held_out = "  ".join(f"held-out {EVAL_METRICS[name]} {record[f'eval_{name}']:.4f}" for name in EVAL_METRICS
+                             if record.get(f"eval_{name}") is not None)
         self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  "
-                 f"held-out loss {record['eval_loss']:.4f}  held-out acc {record['eval_accuracy']:.4f}  "
-                 f"{record['samples_per_second']:,.0f} samples/s")
+                 f"{held_out}  {record['samples_per_second']:,.0f} samples/s")
 
     def finish(self, summary: dict) -> None:
         if not self.is_main:
@@ -121,8 +127,9 @@ class Reporter:
                                  f"{summary['threads_per_process']} thread(s) per process"),
             ("workload", summary["workload"]),
             ("global batch", f"{summary['global_batch_size']} (lr {summary['lr']:g})"),
-            ("held-out accuracy", f"{summary['final_accuracy']:.4f} on {summary['eval_samples']} samples"),
-            ("held-out loss", f"{summary['final_loss']:.4f}"),
+            *[(f"held-out {name}", f"{summary[f'final_{name}']:.4f}") for name in EVAL_METRICS
+              if summary.get(f"final_{name}") is not None],
+            ("held-out samples", summary["eval_samples"]),
             ("samples/s", f"{summary['samples_per_second']:,.0f}"),
             ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
             ("wall time", f"{summary['wall_seconds']:.1f} s from the command"),

@@ -11,8 +11,10 @@ from torch.utils.data import Dataset
 from ..errors import UsageError
 from .digits import digits_datasets
 from .factories import build_user_datasets, build_user_model
+from .gpt import byte_gpt
 from .models import cifar_cnn, digits_cnn, digits_mlp, wide_mlp
 from .synthetic import synthetic_images
+from .text import stdlib_text_datasets
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class Workload:
     build_datasets: Callable[[int], tuple[Dataset, Dataset]]  # seed -> (train, held_out)
     lr: float = 1e-3
     epochs: int = 10
+    task: Optional[str] = "classification"  # see workloads.tasks; None: derived from the data
 
 
 BUILTIN: dict[str, Workload] = {w.name: w for w in (
@@ -34,6 +37,9 @@ BUILTIN: dict[str, Workload] = {w.name: w for w in (
              synthetic_images, lr=1e-3, epochs=2),
     Workload("synthetic-mlp", "a wide MLP (10.5 M parameters) on synthetic images: communication-bound (speed work)",
              wide_mlp, synthetic_images, lr=1e-4, epochs=2),
+    Workload("stdlib-gpt", "a byte-level GPT (3 blocks, 0.4 M parameters) on the Python standard library's own "
+             "source (real text, on every machine): held-out loss and perplexity", byte_gpt, stdlib_text_datasets,
+             lr=3e-3, epochs=1, task="lm"),
 )}
 
 
@@ -47,4 +53,6 @@ def get_workload(name: str, model: Optional[str] = None, dataset: Optional[str] 
     build_model = (lambda: build_user_model(model)) if model else base.build_model
     build_datasets = (lambda seed: build_user_datasets(dataset, seed)) if dataset else base.build_datasets
     label = " + ".join(filter(None, [model and f"model {model}", dataset and f"dataset {dataset}"]))
-    return Workload(f"{name} ({label})", base.description, build_model, build_datasets, base.lr, base.epochs)
+    # The user's data may be another kind of problem: told from its samples unless --task says.
+    return Workload(f"{name} ({label})", base.description, build_model, build_datasets, base.lr, base.epochs,
+                    task=None if dataset else base.task)

@@ -1,0 +1,61 @@
+"""A small GPT-style byte-level language model, written as an `nn.Sequential` of blocks
+(embedding, transformer blocks, head) so that every strategy can take it: ddp and fsdp as
+any model (fsdp shards block by block), mp and pipeline by cutting the sequence between
+blocks (what passes between stages is one activation tensor)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .text import CONTEXT
+
+VOCAB = 256  # bytes
+
+
+class Embedding(nn.Module):
+    def __init__(self, width: int, context: int = CONTEXT):
+        super().__init__()
+        self.tokens = nn.Embedding(VOCAB, width)
+        self.positions = nn.Parameter(torch.zeros(context, width))
+        nn.init.normal_(self.positions, std=0.02)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tokens(ids) + self.positions[: ids.shape[1]]
+
+
+class Block(nn.Module):
+    """Pre-norm causal self-attention and MLP, each added to the residual stream."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.norm2(x))
+
+
+class Head(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm, self.out = nn.LayerNorm(width), nn.Linear(width, VOCAB)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(x))
+
+
+def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4) -> nn.Sequential:
+    return nn.Sequential(Embedding(width), *[Block(width, heads) for _ in range(layers)], Head(width))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every position (logits (B, T, V), targets (B, T))."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device))
