@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import statistics
@@ -48,18 +47,11 @@ def _env() -> dict:
     return env
 
 
-@contextlib.contextmanager
 def machine_lock(lock_held: bool):
     """The shared lock (the one `flock /tmp/scaletrain-cpu.lock` takes) for a stretch of runs."""
-    if lock_held:
-        yield
-        return
-    with open(LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    from teardown import held  # benchmarks/teardown.py: the same lock, taken the same way
+
+    return held(None if lock_held else Path(LOCK))
 
 
 def _run(cmd: list[str], timeout: float = 1800) -> str:
