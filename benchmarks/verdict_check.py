@@ -83,10 +83,10 @@ def bench_run(args, index: int, tmp: Path) -> dict:
     two = next(r for r in doc["configurations"] if r["strategy"] == "ddp" and r["nproc"] == 2)
     run = {"verdict": doc["verdict"]["kind"], "speedup": two["speedup"], "rounds": two["rounds"],
            "seconds": doc["wall_seconds"], "predicted": (two.get("predicted_speedup") or {}).get("median"),
-           "sentence": doc["verdict"]["sentence"]}
+           "sentence": doc["verdict"]["sentence"], "left_out": len(doc.get("rounds_left_out", []))}
     s = run["speedup"]
     print(f"bench {index + 1}: {run['verdict']}, {s['median']:.3f}× ({s['low']:.3f}–{s['high']:.3f}), "
-          f"{run['rounds']} rounds, {run['seconds']:.0f} s", flush=True)
+          f"{run['rounds']} rounds ({run['left_out']} left out), {run['seconds']:.0f} s", flush=True)
     return run
 
 
@@ -131,15 +131,15 @@ def main() -> int:
     truth = long_verdict(long, args.worth_at)
     print(f"\nindependent measurement: {len(ratios)} paired rounds, 2 processes ÷ 1 = {long.median:.3f}× "
           f"(95% interval {long.low:.3f}–{long.high:.3f}): {truth}")
-    print("\n| run | verdict | speedup | 95% interval | contains the long ratio | rounds | seconds | predicted |")
-    print("|---:|---|---:|---|---|---:|---:|---:|")
+    print("\n| run | verdict | speedup | 95% interval | contains the long ratio | rounds | left out | seconds | predicted |")
+    print("|---:|---|---:|---|---|---:|---:|---:|---:|")
     for i, run in enumerate(runs):
         s = run["speedup"]
         contains = s["low"] <= long.median <= s["high"]
         run.update(agrees=run["verdict"] == truth, contains=contains)
         predicted = "" if run["predicted"] is None else f"{run['predicted']:.3f}×"
         print(f"| {i + 1} | {run['verdict']} | {s['median']:.3f}× | {s['low']:.3f}–{s['high']:.3f}× | "
-              f"{'yes' if contains else 'no'} | {run['rounds']} | {run['seconds']:.0f} | {predicted} |")
+              f"{'yes' if contains else 'no'} | {run['rounds']} | {run['left_out']} | {run['seconds']:.0f} | {predicted} |")
     agree, contain = sum(r["agrees"] for r in runs), sum(r["contains"] for r in runs)
     print(f"\nverdict agrees with the independent measurement in {agree} of {len(runs)} runs; "
           f"the interval contains its speedup in {contain} of {len(runs)}; "
