@@ -81,9 +81,12 @@ def report(session: Session, rounds: Rounds, title: str, started: float, facts: 
     results = rounds.results
     hint = "; measure longer (--budget) or on a quieter machine"
     if rounds.kept == 0:
-        raise RuntimeError(f"no round could be kept: other processes kept the machine busy during all "
-                           f"{len(rounds.left_out)} of them (--max-other-load {session.limits.max_other_cores:g}); "
-                           "measure when the machine is quieter")
+        import sys
+
+        print(f"scaletrain: error: no round could be kept: other processes kept the machine busy during all "
+              f"{len(rounds.left_out)} of them (more than --max-other-load {session.limits.max_other_cores:g} cores); "
+              "measure when the machine is quieter, or give a larger --budget", file=sys.stderr)
+        return 1
     rows, reference, verdict = _analyse(session, results, budget_note=hint)
     accuracy = session.settings.accuracy
     print_table(rows, title, accuracy)
