@@ -43,6 +43,10 @@ def test_the_rounds_left_out_are_bounded():
     stop, why = keep_going(1, False, 0, 0, fixed, attempts=4)
     assert not stop and "twice as many" in why
     assert not keep_going(0, False, 0, 0, Limits(budget_s=1e9), attempts=50)[0]
+    # rounds left out on a busy machine stop at the budget, even short of two kept rounds
+    assert keep_going(1, False, 90, 20, Limits(budget_s=100), attempts=1)[0]
+    stop, why = keep_going(1, False, 90, 20, Limits(budget_s=100), attempts=3)
+    assert not stop and "budget" in why
 
 
 def _cpu_seconds(pid: int) -> float:

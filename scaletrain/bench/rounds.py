@@ -64,8 +64,8 @@ class Rounds:
 def keep_going(done: int, decided: bool, elapsed_s: float, last_round_s: float, limits: Limits,
                attempts: Optional[int] = None) -> tuple[bool, str]:
     """(whether to run another round, why measuring stops when it does). `done`: rounds
-    kept; `attempts`: rounds run, those left out included. Two kept rounds at least, whatever
-    the budget: an interval needs two."""
+    kept; `attempts`: rounds run, those left out included. Two rounds at least, whatever the
+    budget (an interval needs two) — but rounds left out do not get past the budget."""
     attempts = done if attempts is None else attempts
     if limits.fixed_rounds is not None:
         if done >= limits.fixed_rounds:
@@ -75,8 +75,8 @@ def keep_going(done: int, decided: bool, elapsed_s: float, last_round_s: float, 
         return True, ""
     if attempts >= limits.max_rounds:
         return False, "the most rounds a bench runs"
-    if done < 2:
-        return True, ""
+    if done < 2 and attempts == done:
+        return True, ""  # two rounds at least, whatever the budget, unless others' load spoils them
     if decided and done >= limits.min_rounds:
         return False, "the verdict was decided"
     if elapsed_s + last_round_s > limits.budget_s:
