@@ -111,10 +111,10 @@ def test_sbatch_asks_for_gpus_for_a_cuda_job_and_takes_tasks_from_the_allocation
     the tasks per node are the allocation's (this host's cores say nothing about the nodes)."""
     result = scaletrain("train", "--device", "cuda", "--launcher", "srun", "--nnodes", "2", "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "#SBATCH --gpus-per-task=1" in result.stdout and "--ntasks-per-node" not in result.stdout
+    assert "#SBATCH --gpus-per-task=1" in result.stdout and "#SBATCH --ntasks-per-node" not in result.stdout
     assert "× the allocation's tasks per node" in result.stdout
     result = scaletrain("launch", "--launcher", "srun", "--nnodes", "2", "--dry-run", str(EXAMPLE))
-    assert "--gpus" not in result.stdout and "--ntasks-per-node" not in result.stdout, result.stdout
+    assert "--gpus" not in result.stdout and "#SBATCH --ntasks-per-node" not in result.stdout, result.stdout
 
 
 def test_launch_max_restarts_starts_a_failed_job_again(tmp_path):

@@ -5,6 +5,7 @@ abbreviation accepted here would be passed on, unrecognised, to the ranks' comma
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..values import duration, non_negative_int, port, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
@@ -16,7 +17,16 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse's default prints the whole usage first
+        message = _UNDERSCORE_TWIN.sub(lambda m: m.group(1) if _twin(m.group(1)) == m.group(2) else m.group(0), message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+# "argument --nproc-per-node/--nproc_per_node: ..." names the flag once, as the user reads it.
+_UNDERSCORE_TWIN = re.compile(r"(--[\w-]+)/(--[\w-]+)")
+
+
+def _twin(flag: str) -> str:
+    return "--" + flag[2:].replace("-", "_")
 
 
 def with_underscores(*flags: str) -> tuple[str, ...]:
