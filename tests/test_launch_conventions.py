@@ -126,3 +126,12 @@ def test_launch_max_restarts_starts_a_failed_job_again(tmp_path):
     assert "rank 1 on host" in result.stderr and "RuntimeError: the first attempt fails" in result.stderr
     assert "restart 1 of 1" in result.stderr
     assert result.stdout.count("attempt 2 done: 3.0") == 2, result.stdout
+
+
+def test_the_library_takes_seconds_too():
+    """`scaletrain.init(timeout=20)`: a number of seconds, as every duration flag."""
+    code = ("import scaletrain\nrun = scaletrain.init(timeout=20)\n"
+            "print('WORLD', run.world_size)\nrun.close()" )
+    result = run_session([sys.executable, "-c", code], timeout=90)[0]
+    assert result.returncode == 0, result.stderr
+    assert "WORLD 1" in result.stdout
