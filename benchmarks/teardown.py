@@ -60,6 +60,16 @@ def stacks(pids: list[int]) -> str:
     return "\n".join(out)
 
 
+def telling_line(out: str) -> str:
+    """The line of a failed run's output that says most about why."""
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    for pattern in ("terminate called", "exitcode:", "failed first", "Error", "error:"):
+        found = [line for line in lines if pattern in line]
+        if found:
+            return found[0][:240]
+    return lines[-1][:240] if lines else "(no output)"
+
+
 def one_run(launcher: str, limit: float, nproc: int, show_stacks: bool) -> tuple[str, float]:
     """('ok' | 'hang' | 'failed: …', seconds)."""
     token = uuid.uuid4().hex
@@ -75,7 +85,7 @@ def one_run(launcher: str, limit: float, nproc: int, show_stacks: bool) -> tuple
         finished = out.count(f"/{nproc} (local rank") == nproc  # every rank printed its last line
         if proc.returncode == 0 and finished:
             return "ok", seconds
-        return f"failed (exit {proc.returncode}): {out.strip().splitlines()[-1:] or ''}", seconds
+        return f"failed (exit {proc.returncode}): {telling_line(out)}", seconds
     except subprocess.TimeoutExpired:
         if show_stacks:
             print(stacks(marked(token)), flush=True)
