@@ -100,10 +100,15 @@ def convert(action: argparse.Action, value: Any, where: str) -> Any:
     return _one(action, value, where)
 
 
+def _flag(action: argparse.Action) -> str:
+    """The flag as --help spells it first (not torchrun's underscore spelling)."""
+    return next((s for s in action.option_strings if s.startswith("--")), action.option_strings[-1])
+
+
 def _one(action: argparse.Action, value: Any, where: str) -> Any:
     if isinstance(value, (bool, list, dict)):
         shown = str(value).lower() if isinstance(value, bool) else value
-        raise UsageError(f"{where}: expected one value like its flag {action.option_strings[-1]} takes, got {shown!r}")
+        raise UsageError(f"{where}: expected one value like its flag {_flag(action)} takes, got {shown!r}")
     if value == action.default and type(value) is type(action.default):
         return value  # a default its own flag cannot spell (--checkpoint-every 0 means "never")
     converted = str(value)

@@ -35,7 +35,7 @@ def launcher_args(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"cannot split {text!r} like a shell would ({exc})") from None
 
 
-launcher_args.to_text = shlex.join  # how a run's config.yaml records it, read back by launcher_args
+launcher_args.to_text = shlex.join  # how a configuration file records it (read back by launcher_args)
 
 
 def glue_launcher_args(argv: list[str]) -> list[str]:

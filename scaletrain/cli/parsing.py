@@ -17,16 +17,9 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse's default prints the whole usage first
-        message = _UNDERSCORE_TWIN.sub(lambda m: m.group(1) if _twin(m.group(1)) == m.group(2) else m.group(0), message)
+        # "argument --nproc-per-node/--nproc_per_node": the flag once, as --help spells it.
+        message = re.sub(r"(--[\w-]+)/--[\w]+(?=[:/ ])", lambda m: m.group(1), message)
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-# "argument --nproc-per-node/--nproc_per_node: ..." names the flag once, as the user reads it.
-_UNDERSCORE_TWIN = re.compile(r"(--[\w-]+)/(--[\w-]+)")
-
-
-def _twin(flag: str) -> str:
-    return "--" + flag[2:].replace("-", "_")
 
 
 def with_underscores(*flags: str) -> tuple[str, ...]:

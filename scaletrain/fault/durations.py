@@ -17,7 +17,7 @@ def parse_duration(text: str) -> float:
     unknown unit)."""
     m = _RE.match(text)
     if not m:
-        raise ValueError(f"expected a duration such as 30s, 10m, 1h or 90 (a bare number is seconds), got {text!r}")
+        raise ValueError(f"expected a duration such as 90, 90s, 10m or 1h (a bare number is seconds), got {text!r}")
     seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
     if seconds <= 0:
         raise ValueError(f"must be longer than 0, got {text!r}")
