@@ -6,8 +6,8 @@ group goes (often with DDP's reducer, when the model is freed after
 GIL; that thread is still releasing a finished collective's tensors, which needs the GIL.
 Both wait forever; the main thread never runs Python again.
 
-The cause is removed here: when the program destroys its process group, the guard keeps a
-reference to every group first, so no group's destructor (and its join) ever runs while the
+The cause is removed here: when the program destroys a process group, the guard keeps a
+reference to the groups it destroys first, so no group's destructor (and its join) ever runs while the
 program runs; the rank runner ends the process with `_exit` once the program returns, which
 runs no destructor at all. A group destroyed this way keeps its idle threads and sockets
 until the process ends.
@@ -73,10 +73,14 @@ class ExitTimer:
         self._libc.timer_settime(self._timer, 0, ctypes.byref(spec), None)
 
 
-def _live_groups() -> list:
-    """Every process group torch.distributed knows of (the default one and subgroups)."""
+def _groups_destroyed(group=None, *_args, **_kwargs) -> list:
+    """The groups a `destroy_process_group(group)` call destroys: that subgroup, or every
+    group torch.distributed knows of (the default one and its subgroups)."""
     try:
-        return list(sys.modules["torch.distributed.distributed_c10d"]._world.pg_map)
+        c10d = sys.modules["torch.distributed.distributed_c10d"]
+        if group is not None and group is not c10d.GroupMember.WORLD:
+            return [group]
+        return list(c10d._world.pg_map)
     except (KeyError, AttributeError):  # another torch: keep nothing, the timer still bounds it
         return []
 
@@ -109,7 +113,7 @@ class TeardownGuard:
 
     def _wrap(self, destroy):
         def destroy_process_group(*args, **kwargs):
-            self._kept.extend(_live_groups())  # their destructors never run: see the module docstring
+            self._kept.extend(_groups_destroyed(*args, **kwargs))  # their destructors never run (module docstring)
             result = destroy(*args, **kwargs)
             if self._timer is None and not self._stop.is_set():
                 self._arm()
