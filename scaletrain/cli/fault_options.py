@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -13,6 +14,7 @@ from ..environment import DistEnv
 from ..defaults import HANG_TIMEOUT_S, KEEP_CHECKPOINTS, MAX_RESTARTS
 from ..errors import UsageError
 from ..fault.durations import RULE, format_duration
+from ..train.report import SUMMARY_FILE
 from .parsing import duration, non_negative_int, positive_int
 
 
@@ -42,6 +44,10 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-restarts", type=non_negative_int, default=MAX_RESTARTS, metavar="K",
                    help="when a process dies, stop the group and restart it up to K times, resuming from the "
                         "last checkpoint (spawn; under torchrun use its --max-restarts)")
+    g.add_argument("--allow-nonfinite", action="store_true",
+                   help="keep training when the loss, gradients or weights become NaN or inf (default: stop at the "
+                        "next check, every --log-every-steps steps and before every checkpoint, naming the step and "
+                        "the likely cause); checkpoints of non-finite weights are never written")
     g.add_argument("--timeout", type=duration, default=HANG_TIMEOUT_S, metavar="DURATION",
                    help=f"how long a rank waits for its peers (at start-up and in every collective) before naming "
                         f"the missing ones and exiting; {RULE} (default {format_duration(HANG_TIMEOUT_S)})")
@@ -55,7 +61,8 @@ def fault_config(args: argparse.Namespace) -> dict:
     if resume is None and restarted and args.checkpoint_every:
         resume = "auto"
     return {"checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
-            "checkpoint_layout": args.checkpoint_layout, "resume": resume, "timeout_seconds": args.timeout}
+            "checkpoint_layout": args.checkpoint_layout, "resume": resume, "timeout_seconds": args.timeout,
+            "allow_nonfinite": args.allow_nonfinite}
 
 
 def check_fault_flags(args: argparse.Namespace, env: DistEnv, out: Optional[Path]) -> None:
@@ -68,18 +75,48 @@ def check_fault_flags(args: argparse.Namespace, env: DistEnv, out: Optional[Path
                          "checkpoints folder or an earlier run's --out (or use --resume auto)")
 
 
-def check_resume(args: argparse.Namespace, out: Path, model, facts: dict) -> list[str]:
-    """In the parent, before anything starts: the checkpoint a resume would use verifies,
-    fits this model and these settings (else one line). Returns notes to show."""
+def check_resume(args: argparse.Namespace, out: Path, model, facts: dict, epochs: int) -> list[str]:
+    """In the parent, before anything starts: the run in --out can be continued (--resume
+    auto), and the checkpoint a resume would use verifies, fits this model and these
+    settings (else one line). Returns notes to show."""
     if args.resume is None:
         return []
     auto = args.resume == "auto"
+    if auto:
+        check_continuable(out, epochs)
     source = out / CHECKPOINTS_DIR if auto else Path(args.resume).expanduser()
     try:
         _folder, notes = check_resumable(source, model, facts, auto)
     except UsageError as exc:
         raise UsageError(f"--resume {args.resume}: {exc.raw}") from None
     return notes
+
+
+def check_continuable(out: Path, epochs: int) -> None:
+    """--resume auto writes into --out only to continue the run there: a finished run (its
+    summary.json written) continues only from a checkpoint, and only to train more epochs
+    than it did; otherwise it would be overwritten (summary) or appended to (metrics)."""
+    summary = _finished_summary(out)
+    if summary is None:
+        return  # a new folder, or a run that stopped before its end: continue it
+    done = summary.get("epochs")
+    if latest_checkpoint(out / CHECKPOINTS_DIR) is None:
+        raise UsageError(f"--resume auto: {out} holds a finished run ({SUMMARY_FILE} written) and no checkpoint to "
+                         "continue it from; choose a new --out (or --resume PATH from another run)")
+    if isinstance(done, int) and epochs <= done:
+        raise UsageError(f"--resume auto: the run in {out} already ended its {done} epoch(s) ({SUMMARY_FILE} "
+                         f"written); give --epochs {done + 1} or more to train it further, or choose a new --out")
+
+
+def _finished_summary(out: Path) -> Optional[dict]:
+    path = out / SUMMARY_FILE
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}  # finished (the summary is written last), whatever happened to the file since
+    return summary if isinstance(summary, dict) else {}
 
 
 def out_may_hold_files(args: argparse.Namespace, out: Path) -> bool:

@@ -1,8 +1,19 @@
-"""The run's output folder: checked before anything starts, created only once all is valid."""
+"""The run's output folder: checked before anything starts, created only once all is valid,
+and owned by one run at a time.
+
+Ownership is an flock on OUT/.scaletrain.lock, taken by the process that writes OUT (the
+`scaletrain train` command, or rank 0 when torchrun, mpirun or srun started the ranks
+directly). The kernel drops it when that process ends, however it ends, so a killed run
+never blocks its own `--resume`; the file itself stays (removing it would let two runs
+lock two different files of the same name).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -25,7 +36,8 @@ def check_out(out: Path) -> Path:
     if out.exists():
         if not out.is_dir():
             raise UsageError(f"--out {out} is a file, not a folder; choose a folder path")
-        if any(out.iterdir()):
+        refuse_if_held(out)
+        if any(p.name != LOCK_FILE for p in out.iterdir()):
             raise UsageError(f"--out {out} already holds files; choose a new folder (or leave --out out)")
         if not os.access(out, os.W_OK | os.X_OK):
             raise UsageError(f"--out {out} cannot be written (permission denied); choose a writable folder")
@@ -36,6 +48,104 @@ def check_out(out: Path) -> Path:
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--out {out} cannot be created: {parent} is not a writable folder; choose another --out")
     return out
+
+
+LOCK_FILE = ".scaletrain.lock"
+#: Set (to OUT) by the command that holds OUT's lock, for the ranks it starts: they write
+#: into a folder their own command owns, and must not try to take it from it.
+OUT_LOCK_ENV = "SCALETRAIN_OUT_LOCKED"
+
+
+def owned_by_parent(out: Path) -> bool:
+    return os.environ.get(OUT_LOCK_ENV) == str(Path(out).expanduser().absolute())
+
+
+@contextlib.contextmanager
+def hold_out(out: Path, may_hold_files: bool):
+    """Creates OUT if needed and owns it until the block ends (or this process does). A
+    folder another live run owns is refused in one line naming that run's pid and host;
+    so is one that received another run's files since it was checked (unless
+    `may_hold_files`: --resume auto). Nothing is written into a refused folder."""
+    out = Path(out).expanduser().absolute()
+    created = not out.exists()
+    create_out(out)
+    path = out / LOCK_FILE
+    had_lock_file = path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    if not _lock(fd, fcntl.LOCK_EX, tries=LOCK_TRIES):
+        holder = _read_holder(fd)
+        os.close(fd)
+        raise _in_use(out, holder)
+    others = [p for p in out.iterdir() if p.name != LOCK_FILE]
+    if others and not may_hold_files:
+        _give_up(fd, path, out, created, had_lock_file)
+        raise UsageError(f"--out {out} already holds files; choose a new folder (or leave --out out)")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+    previous = os.environ.get(OUT_LOCK_ENV)
+    os.environ[OUT_LOCK_ENV] = str(out)
+    try:
+        yield out
+    finally:
+        if previous is None:
+            os.environ.pop(OUT_LOCK_ENV, None)
+        else:
+            os.environ[OUT_LOCK_ENV] = previous
+        os.close(fd)  # releases the lock
+
+
+#: Tries, 0.05 s apart, before a lock counts as held: another command may be looking at it
+#: (refuse_if_held) for a moment.
+LOCK_TRIES = 5
+
+
+def refuse_if_held(out: Path) -> None:
+    """One line naming the run that owns `out` now, if one does; takes nothing."""
+    path = Path(out) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file (a new folder, or a run from before locks), or unreadable: hold_out decides
+    try:
+        if _lock(fd, fcntl.LOCK_SH, tries=1):
+            return
+        raise _in_use(Path(out).expanduser().absolute(), _read_holder(fd))
+    finally:
+        os.close(fd)  # also releases the shared lock taken to look
+
+
+def _lock(fd: int, kind: int, tries: int) -> bool:
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt + 1 < tries:
+                time.sleep(0.05)
+    return False
+
+
+def _in_use(out: Path, holder: str) -> UsageError:
+    return UsageError(f"--out {out} is in use by another run ({holder}); wait for it to end or stop it, or choose "
+                      "another --out")
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        pid, host = os.pread(fd, 512, 0).decode(errors="replace").split()[:2]
+    except ValueError:  # the holder has not written its name yet (it locked a moment ago)
+        return "its pid and host are not written yet"
+    return f"pid {pid} on host {host}"
+
+
+def _give_up(fd: int, path: Path, out: Path, created: bool, had_lock_file: bool) -> None:
+    """Leaves the folder as it was found (still locked while the lock file goes)."""
+    if not had_lock_file:
+        path.unlink(missing_ok=True)
+    os.close(fd)
+    if created:
+        with contextlib.suppress(OSError):
+            out.rmdir()
 
 
 def create_out(out: Path) -> Path:

@@ -22,14 +22,15 @@ from ..environment import detect
 from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..track import check_trackers
 from ..train.config import TrainConfig
+from ..train.finite import TrainingDiverged
 from ..workloads import BUILTIN, get_workload
 from ..workloads.tasks import TASKS
 from . import config_file
 from .config_file import CONFIG_FILE
-from .launch_options import add_launch_arguments, launch_request, launch_requested
-from .fault_options import (add_fault_arguments, check_fault_flags, check_resume, describe_resume, fault_config,
-                            out_may_hold_files, restart_argv)
-from .outdir import check_out, create_out, default_out
+from .launch_options import add_launch_arguments, launch_request, launch_requested, runs_elsewhere
+from .fault_options import (add_fault_arguments, check_continuable, check_fault_flags, check_resume, describe_resume,
+                            fault_config, out_may_hold_files, restart_argv)
+from .outdir import check_out, create_out, default_out, hold_out, owned_by_parent, refuse_if_held
 from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, strategy_options_from_args
 from .perf_options import add_perf_arguments, apply_perf_options
@@ -63,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-grad-norm", type=positive_float, metavar="MAX",
                    help="scale gradients down to this norm (the whole model's, across shards and stages) before "
                         "each optimizer step")
-    p.add_argument("--seed", type=int, default=0, help="seeds weights, held-out split and shuffling (default 0)")
+    p.add_argument("--seed", type=seed_value, default=0,
+                   help=f"seeds weights, held-out split and shuffling, 0 to {MAX_SEED} (default 0)")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl", "mpi", "ccl"], default="auto",
                    help="communication backend (default: nccl on CUDA, gloo on CPU)")
     p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
@@ -74,6 +76,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_strategy_arguments(p)
     add_perf_arguments(p)
     add_track_arguments(p)
+
+
+MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's seeds are 32-bit; torch's would take more
+
+
+def seed_value(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {MAX_SEED}, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED}, got {text}")
+    return value
 
 
 def build_parser() -> OneLineParser:
@@ -102,14 +117,16 @@ def default_nproc(strategy: str) -> int:
     return torch.cuda.device_count() or cpu_cores()
 
 
-def validate(config: TrainConfig, nproc: int):
+def validate(config: TrainConfig, nproc: int, here: bool = True):
     """Everything that can be checked before a process starts, so mistakes cost seconds.
-    Returns the strategy and the model it was checked with."""
+    Returns the strategy and the model it was checked with. `here`: False for a batch
+    script written for other machines, whose devices this host need not have."""
     netif.check_interfaces(os.environ)  # GLOO_SOCKET_IFNAME=eth99 would fail deep inside start-up
     strategy = get_strategy(config.strategy, **config.strategy_options)
     strategy.check_world_size(nproc)
-    device = choose_device(config.device, 0)
-    choose_backend(config.backend, device.type)
+    if here:
+        device = choose_device(config.device, 0)
+        choose_backend(config.backend, device.type)
     check_trackers(config.trackers)
     workload = get_workload(config.workload, config.model, config.dataset)
     model = workload.build_model()
@@ -164,22 +181,25 @@ def run(args: argparse.Namespace) -> int:
     if env.launched and not node_agent:  # we are one rank of a job someone else started
         return run_rank(args, env, config)
     nproc = args.nproc_per_node or default_nproc(config.strategy)
-    strategy, model = validate(config, nproc)
+    strategy, model = validate(config, nproc, here=not runs_elsewhere(args))
     resolve_workload_defaults(config, args)
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()
-    for note in check_resume(args, out, model, resume_facts(config, strategy, nproc * (args.nnodes or 1))):
-        print(f"scaletrain: note: {note}", file=sys.stderr)
     # Node 0 owns the output folder (rank 0 writes it); other nodes must not refuse it, and
     # --resume auto continues the run already in it.
     node_rank = args.node_rank if args.node_rank is not None else (env.node_rank if node_agent else 0)
+    if not (node_rank or args.rdzv_endpoint or args.dry_run):
+        refuse_if_held(out)  # first: a live run's folder is refused for that, whatever it holds
+    for note in check_resume(args, out, model, resume_facts(config, strategy, nproc * (args.nnodes or 1)),
+                             config.epochs):
+        print(f"scaletrain: note: {note}", file=sys.stderr)
     if not node_rank and not out_may_hold_files(args, out):
         check_out(out)
     recorded = record(args, nproc_per_node=recorded_nproc(args, nproc))
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
-        create_out(out)
-        config_file.write(out / CONFIG_FILE, recorded)
-        train(config, out)
+        with hold_out(out, out_may_hold_files(args, out)):
+            config_file.write(out / CONFIG_FILE, recorded)
+            train(config, out)
         return 0
     return launch_ranks(args, out, nproc, recorded, node_rank)
 
@@ -214,24 +234,34 @@ def config_for_ranks(args: argparse.Namespace, out: Path, recorded: dict, node_r
     node that is not node 0 or may not be (--node-rank N, or --rdzv-endpoint, where the
     nodes number themselves): a private copy on this node, since OUT may be node 0's folder
     on a shared filesystem; rank 0 writes OUT/config.yaml then."""
-    owns_out = not node_rank  # node 0's command creates the output folder
-    if not (node_rank or args.rdzv_endpoint):
-        yield out / CONFIG_FILE, lambda: config_file.write(create_out(out) / CONFIG_FILE, recorded)
-        return
-    if args.dry_run:
-        yield Path(tempfile.gettempdir()) / "scaletrain-node-XXXX" / CONFIG_FILE, None
-        return
-    folder = Path(tempfile.mkdtemp(prefix="scaletrain-node-"))
+    # Node 0's command creates the output folder and holds it while the job runs. Nodes that
+    # number themselves (--rdzv-endpoint) cannot tell which is node 0: their rank 0 holds it.
+    owns_out = not (node_rank or args.rdzv_endpoint)
+    held = contextlib.ExitStack()
 
-    def prepare() -> None:
+    def hold() -> None:
         if owns_out:
-            create_out(out)
-        config_file.write(folder / CONFIG_FILE, recorded)
+            held.enter_context(hold_out(out, out_may_hold_files(args, out)))
 
-    try:
-        yield folder / CONFIG_FILE, prepare
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with held:
+        if not (node_rank or args.rdzv_endpoint):
+            yield out / CONFIG_FILE, lambda: (hold(), config_file.write(out / CONFIG_FILE, recorded))
+            return
+        if args.dry_run:
+            yield Path(tempfile.gettempdir()) / "scaletrain-node-XXXX" / CONFIG_FILE, None
+            return
+        folder = Path(tempfile.mkdtemp(prefix="scaletrain-node-"))
+
+        def prepare() -> None:
+            if not node_rank:
+                create_out(out)
+            hold()
+            config_file.write(folder / CONFIG_FILE, recorded)
+
+        try:
+            yield folder / CONFIG_FILE, prepare
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
@@ -246,10 +276,23 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
     out = Path(args.out or default_out(config.strategy, env.world_size))
     resolve_workload_defaults(config, args)
     own_record = out / CONFIG_FILE
-    if env.rank == 0 and not (args.config and Path(args.config).absolute() == own_record.absolute()):
-        # Started by torchrun, mpirun or srun directly, or reading a node's private copy:
-        # the run's own record is written here.
-        out.mkdir(parents=True, exist_ok=True)
-        config_file.write(own_record, record(args, nproc_per_node=env.local_world_size, nnodes=env.nnodes))
-    train(config, out)
+    by_own_command = bool(args.config) and Path(args.config).absolute() == own_record.absolute()
+    with contextlib.ExitStack() as held:
+        if not by_own_command:
+            # Started by torchrun, mpirun or srun directly (or reading a node's private copy):
+            # rank 0 writes the run's own record, and owns the folder unless the command that
+            # started this node's ranks does.
+            directly = not owned_by_parent(out)
+            if directly and args.resume == "auto":
+                check_continuable(out, config.epochs)
+            if env.rank == 0:
+                if directly:
+                    held.enter_context(hold_out(out, may_hold_files=True))
+                config_file.write(own_record, record(args, nproc_per_node=env.local_world_size, nnodes=env.nnodes))
+        try:
+            train(config, out)
+        except TrainingDiverged:
+            if env.rank != 0:  # rank 0 says it; the others stop with the same status, silently
+                return TrainingDiverged.STATUS
+            raise
     return 0

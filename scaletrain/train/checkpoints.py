@@ -26,6 +26,7 @@ class TrainerCheckpoints:
         self.last_saved = -1
         self.due = False
         self.resumed: Optional[dict] = None
+        self.finite = None  # a NonFiniteGuard: asked before every save
 
     def resume(self, model, optimizer, loader, epochs: int) -> dict:
         """Restores the state to resume from, if any. Returns where the loop starts: the
@@ -75,6 +76,13 @@ class TrainerCheckpoints:
                      f"({arg('grad_accum', accum)}); the last checkpoint is step {self.last_saved}")
 
     def save(self, model, optimizer, loader, totals: dict) -> None:
+        if self.finite is not None and not self.finite.check(self.run.steps_taken):
+            # Going on despite NaN/inf (--allow-nonfinite): the last finite checkpoint stays the newest.
+            kept = f"the newest checkpoint stays step {self.last_saved}" if self.last_saved >= 0 else "none is kept"
+            self.say(f"scaletrain: note: no checkpoint at step {self.run.steps_taken}: the weights are not finite; "
+                     f"{kept}")
+            self.due = False
+            return
         loss_sum = totals["loss_sum"]
         loss_mean = self.run.mean(loss_sum.detach().clone() if isinstance(loss_sum, torch.Tensor) else loss_sum)
         epoch_totals = {"loss_sum": float(loss_mean), "steps": int(totals["steps"]), "samples": int(totals["samples"])}

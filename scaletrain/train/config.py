@@ -58,6 +58,9 @@ class TrainConfig:
     """A training record (line, metrics.jsonl, trackers) every this many steps ..."""
     log_every_seconds: float = LOG_EVERY_SECONDS
     """... or every this many seconds, whichever comes first."""
+    allow_nonfinite: bool = False
+    """Keep training when the loss, gradients or weights go NaN/inf (default: stop at the
+    next check, every `log_every_steps` steps, with one line naming the step and cause)."""
 
     def as_dict(self) -> dict:
         return asdict(self)

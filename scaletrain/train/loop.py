@@ -17,6 +17,7 @@ from ..workloads import get_workload
 from ..workloads.tasks import derive, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
+from .finite import NonFiniteGuard
 from .optimizer import adam
 from .report import Reporter
 from .steps import StepRecorder
@@ -50,6 +51,8 @@ def train(config: TrainConfig, out: Path) -> dict:
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
                                          reporter.say, config.checkpoint_layout)
         start = checkpoints.resume(model, optimizer, loader, epochs)
+        finite = checkpoints.finite = NonFiniteGuard(run, model, config.log_every_steps, config.allow_nonfinite, lr,
+                                                     run.steps_taken, reporter.say)
         if reporter.start_at(run.steps_taken, start["epoch"]):  # metrics.jsonl never holds a step or epoch twice
             run.trackers.resumed(run.steps_taken)
 
@@ -68,13 +71,17 @@ def train(config: TrainConfig, out: Path) -> dict:
             with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
                 for batch in loader:
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
-                    loss_sum += run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
-                                               max_grad_norm=config.clip_grad_norm)
+                    loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
+                                          max_grad_norm=config.clip_grad_norm)
+                    loss_sum += loss
+                    finite.track(loss, run.steps_taken)
                     if startup_seconds is None:  # from the user's command, not from train()
                         startup_seconds = command_age(run.env) or time.perf_counter() - started
                     steps += 1
                     samples += batch_size_of(batch)
                     advance()
+                    if finite.due(run.steps_taken):  # every rank at the same step: a collective
+                        finite.check(run.steps_taken)
                     if run.is_main and recorder.due(run.steps_taken):
                         reporter.step({**recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
                                                          optimizer.param_groups[0].get("lr")),
@@ -85,6 +92,7 @@ def train(config: TrainConfig, out: Path) -> dict:
             epoch_samples = run.sum(float(samples)) * run.data_parallel_size / run.world_size
             train_seconds += seconds
             trained_samples += epoch_samples
+            finite.check(run.steps_taken)
             evaluation = run.evaluate(model, held_out, batch_size=config.eval_batch_size, loss_fn=task.loss_fn,
                                       metrics=task.metrics)
             record = {"kind": "epoch", "epoch": epoch, "epochs": epochs, "step": run.steps_taken,

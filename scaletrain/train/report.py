@@ -7,12 +7,16 @@
   and epochs it is about to do again, so no step or epoch appears twice.
 - The experiment trackers' scalars, configuration and summary.
 - `summary.json`, written atomically at the end.
+
+Both files are strict JSON: a NaN or infinite number (a run going on with
+--allow-nonfinite) is written as null and its key listed under "non_finite".
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -82,7 +86,7 @@ class Reporter:
     def step(self, record: dict) -> None:
         if not self.is_main:
             return
-        append_jsonl(self.out / METRICS_FILE, record)
+        append_jsonl(self.out / METRICS_FILE, strict_json(record))
         scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"]}
         if "train_loss" in record:
             scalars["train/loss"] = record["train_loss"]
@@ -100,22 +104,23 @@ class Reporter:
         if self._resumed_at is not None:  # the first epoch record after a resume says so
             record = {**record, "resumed_at_step": self._resumed_at}
             self._resumed_at = None
-        append_jsonl(self.out / METRICS_FILE, record)
+        append_jsonl(self.out / METRICS_FILE, strict_json(record))
         self.trackers.log({**{f"eval/{name}": record[f"eval_{name}"] for name in EVAL_METRICS
                               if record.get(f"eval_{name}") is not None},
                            "train/epoch_loss": record["train_loss"],
                            "train/epoch_samples_per_second": record["samples_per_second"],
                            "epoch": record["epoch"]}, record["step"])
         held_out = "  ".join(f"held-out {EVAL_METRICS[name]} {record[f'eval_{name}']:.4f}" for name in EVAL_METRICS
-                             if record.get(f"eval_{name}") is not None)
+                             if record.get(f"eval_{name}") is not None) if record["eval_samples"] else \
+            "held-out: none (the held-out set is empty)"
         self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  "
                  f"{held_out}  {record['samples_per_second']:,.0f} samples/s")
 
     def finish(self, summary: dict) -> None:
         if not self.is_main:
             return
-        write_json_atomic(self.out / SUMMARY_FILE, summary)
-        self.trackers.finish(summary)
+        write_json_atomic(self.out / SUMMARY_FILE, strict_json(summary))
+        self.trackers.finish({k: v for k, v in summary.items() if v is not None})  # they drop NaN/inf themselves
         table = Table(title="scaletrain summary", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value", overflow="fold")
@@ -139,6 +144,15 @@ class Reporter:
             table.add_row(key, str(value))
         self.console.print(table)
         self.console.file.flush()
+
+
+def strict_json(record: dict) -> dict:
+    """`record` with NaN and infinite numbers as None, their keys listed under "non_finite"
+    (JSON has no NaN: strict readers reject the token Python would write)."""
+    bad = sorted(k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v))
+    if not bad:
+        return record
+    return {**record, **{k: None for k in bad}, "non_finite": bad}
 
 
 def read_records(path: Path) -> list[dict]:

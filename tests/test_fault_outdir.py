@@ -1,0 +1,98 @@
+"""An output folder belongs to one run at a time, and `--resume auto` continues only a run
+that can be continued: a second run on a live run's --out is refused naming the holder; a
+killed run resumes in its own folder (the lock died with it); a finished run's folder is
+refused without a byte changed. Also: a ddp checkpoint resumes under the pipeline strategy."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scaletrain.checkpoint import load_state
+from tests.helpers import scaletrain, test_env
+
+MLP = ["train", "--workload", "digits-mlp", "--batch-size", "8"]
+
+
+def files_of(out: Path) -> dict:
+    """Every file under `out` with its bytes and modification time: what "nothing written" compares."""
+    return {str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*"))
+            if p.is_file()}
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("scaletrain") and "error:" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    return lines[0]
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"{path} did not appear within {seconds} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(400)
+def test_one_run_per_folder_a_killed_run_resumes_and_a_finished_one_is_kept(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()  # an empty folder counts as new, and is held like one
+    flags = [*MLP, "--nproc-per-node", "2", "--checkpoint-every", "5", "--out", str(out)]
+    first = subprocess.Popen([sys.executable, "-m", "scaletrain", *flags, "--epochs", "200"], env=test_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(out / "checkpoints" / "latest", first, 150)
+        assert (out / ".scaletrain.lock").read_text().split() == [str(first.pid), socket.gethostname()]
+        record = out / "config.yaml"  # the run's other files change as it trains
+        before = (record.read_bytes(), record.stat().st_mtime_ns)
+        for extra in ([], ["--resume", "auto"]):  # the same command, and a resume of the live run
+            line = one_error_line(scaletrain(*flags, "--epochs", "200", *extra, timeout=90))
+            assert f"is in use by another run (pid {first.pid} on host {socket.gethostname()})" in line, line
+        assert first.poll() is None, "the first run was disturbed"
+        assert (record.read_bytes(), record.stat().st_mtime_ns) == before, "the refused run wrote into the folder"
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the launcher and its ranks, as a crash or `kill -9` would
+        first.communicate()
+
+    # The killed run's lock died with it: its own --resume continues, to the end of the epoch it was in.
+    latest = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
+    epochs = load_state(latest / "state.pt")["progress"]["loader"]["epoch"] + 1
+    resumed = scaletrain(*flags, "--epochs", str(epochs), "--resume", "auto", timeout=150)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and (out / "summary.json").is_file()
+
+    # Finished: the same --resume auto would only rewrite it.
+    finished = files_of(out)
+    line = one_error_line(scaletrain(*flags, "--epochs", str(epochs), "--resume", "auto", timeout=90))
+    assert f"already ended its {epochs} epoch(s)" in line and f"--epochs {epochs + 1}" in line, line
+    assert files_of(out) == finished
+
+    # Checkpoints hold the whole model whatever the strategy: ddp's resumes as a pipeline of 2 stages.
+    piped = tmp_path / "piped"
+    again = scaletrain(*MLP, "--strategy", "pipeline", "--nproc-per-node", "2", "--epochs", str(epochs + 1),
+                       "--resume", str(out), "--out", str(piped), timeout=150)
+    assert again.returncode == 0, again.stderr
+    assert "resumed from" in again.stdout and "saved under strategy ddp, now pipeline" in again.stderr + again.stdout
+    assert (piped / "summary.json").is_file()
+
+
+@pytest.mark.timeout(200)
+def test_resume_auto_refuses_a_finished_run_without_checkpoints(tmp_path):
+    out = tmp_path / "done"
+    done = scaletrain(*MLP, "--nproc-per-node", "1", "--epochs", "1", "--out", str(out), timeout=90)
+    assert done.returncode == 0, done.stderr
+    finished = files_of(out)
+    line = one_error_line(scaletrain(*MLP, "--nproc-per-node", "1", "--epochs", "1", "--out", str(out),
+                                     "--resume", "auto", timeout=90))
+    assert "holds a finished run (summary.json written) and no checkpoint" in line, line
+    assert files_of(out) == finished

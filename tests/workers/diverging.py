@@ -1,0 +1,45 @@
+"""Factories for `scaletrain train --model/--dataset` in the fault tests: a model that starts
+producing inf part-way through training, and data with an empty held-out set."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from scaletrain.workloads.digits import digits_datasets
+from scaletrain.workloads.models import digits_mlp
+
+#: Training forwards that stay finite; from the next one on the output is multiplied by inf.
+FINITE_FORWARDS = 12
+
+
+class InfLater(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = digits_mlp()
+        self.forwards = 0  # counted per process: every rank of a data-parallel run blows up at the same step
+
+    def forward(self, x):
+        out = self.net(x)
+        if self.training:
+            self.forwards += 1
+            if self.forwards > FINITE_FORWARDS:
+                out = out * float("inf")
+        return out
+
+
+def inf_later() -> nn.Module:
+    return InfLater()
+
+
+def inf_at_once() -> nn.Module:
+    """A model whose very first output is already inf: no learning rate is to blame."""
+    model = InfLater()
+    model.forwards = FINITE_FORWARDS
+    return model
+
+
+def no_held_out():
+    train, _ = digits_datasets(0)
+    return train, TensorDataset(torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.int64))
