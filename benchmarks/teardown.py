@@ -60,8 +60,18 @@ def stacks(pids: list[int]) -> str:
     return "\n".join(out)
 
 
+def telling_line(out: str) -> str:
+    """The line of a failed run's output that says most about why."""
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    for pattern in ("terminate called", "exitcode:", "failed first", "Error", "error:"):
+        found = [line for line in lines if pattern in line]
+        if found:
+            return found[0][:240]
+    return lines[-1][:240] if lines else "(no output)"
+
+
 def one_run(launcher: str, limit: float, nproc: int, show_stacks: bool) -> tuple[str, float]:
-    """('ok' | 'hang' | 'failed: …', seconds)."""
+    """('ok' | 'guard' | 'hang' | 'failed: …', seconds)."""
     token = uuid.uuid4().hex
     argv = [*COMMANDS[launcher], "--nproc-per-node", str(nproc), str(SCRIPT), "--steps", "20"]
     env = {**os.environ, TOKEN: token, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
@@ -74,8 +84,9 @@ def one_run(launcher: str, limit: float, nproc: int, show_stacks: bool) -> tuple
         seconds = time.monotonic() - started
         finished = out.count(f"/{nproc} (local rank") == nproc  # every rank printed its last line
         if proc.returncode == 0 and finished:
-            return "ok", seconds
-        return f"failed (exit {proc.returncode}): {out.strip().splitlines()[-1:] or ''}", seconds
+            # "guard": a rank froze in torch's teardown and the rank runner ended it (status 0).
+            return ("guard" if "froze in torch's teardown" in out else "ok"), seconds
+        return f"failed (exit {proc.returncode}): {telling_line(out)}", seconds
     except subprocess.TimeoutExpired:
         if show_stacks:
             print(stacks(marked(token)), flush=True)
@@ -124,14 +135,20 @@ def main() -> None:
             results[name].append((outcome, seconds))
             if outcome != "ok":
                 print(f"run {run + 1} {name}: {outcome} after {seconds:.1f} s", flush=True)
+        print(f"round {run + 1} of {args.runs} done", flush=True)
     print(f"\n{args.runs} consecutive runs of {SCRIPT.relative_to(REPO)} --steps 20, {args.nproc} ranks, "
           f"limit {args.limit:g} s")
-    print(f"{'launcher':14} {'runs':>5} {'exit 0':>7} {'hung':>5} {'failed':>7} {'median s':>9}")
+    print("(exit 0: ended with status 0, every rank having printed its last line; guard: of those, runs in which "
+          "a rank froze in torch's teardown and was ended by the rank runner; seconds: of the exit-0 runs)")
+    print(f"{'launcher':14} {'runs':>5} {'exit 0':>7} {'hung':>5} {'failed':>7} {'guard':>6} {'median s':>9} "
+          f"{'max s':>7}")
     for name, rows in results.items():
-        ok = [s for outcome, s in rows if outcome == "ok"]
+        ok = [s for outcome, s in rows if outcome in ("ok", "guard")]
         hung = sum(outcome == "hang" for outcome, _ in rows)
-        median = f"{statistics.median(ok):.2f}" if ok else "-"
-        print(f"{name:14} {len(rows):5d} {len(ok):7d} {hung:5d} {len(rows) - len(ok) - hung:7d} {median:>9}")
+        guard = sum(outcome == "guard" for outcome, _ in rows)
+        median, longest = (f"{statistics.median(ok):.2f}", f"{max(ok):.2f}") if ok else ("-", "-")
+        print(f"{name:14} {len(rows):5d} {len(ok):7d} {hung:5d} {len(rows) - len(ok) - hung:7d} {guard:6d} "
+              f"{median:>9} {longest:>7}")
 
 
 if __name__ == "__main__":

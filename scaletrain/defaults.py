@@ -58,6 +58,12 @@ BENCH_BUDGET_S = 240.0
 BENCH_MIN_ROUNDS = 3
 BENCH_MAX_ROUNDS = 50
 
+#: A bench round during which processes other than the bench's kept more than this many
+#: cores busy (on average over one of its jobs) is left out and run again
+#: (`--max-other-load`): on 2 cores one such process turns the one-process runs' figures
+#: upside down.
+BENCH_MAX_OTHER_CORES = 0.25
+
 #: The speedup over one process from which distributing counts as worth it (`--worth-at`):
 #: below it the gain does not pay for the extra processes.
 WORTH_AT_SPEEDUP = 1.1

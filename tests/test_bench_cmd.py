@@ -10,7 +10,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_bench_rounds_give_intervals_a_verdict_and_the_plan_checked(tmp_path):
     out = tmp_path / "bench"
     result = scaletrain("bench", "--workload", "digits-mlp", "--nproc", "2", "--steps", "4", "--warmup", "1",
-                        "--min-seconds", "0.2", "--rounds", "2", "--out", str(out), timeout=300)
+                        "--min-seconds", "0.2", "--rounds", "2", "--out", str(out),
+                        "--max-other-load", "2", timeout=300)  # 2 cores: no round left out (see test_measure_rounds)
     assert result.returncode == 0, result.stderr
     doc = json.loads((out / "bench.json").read_text())
     rows = {r["label"]: r for r in doc["configurations"]}
@@ -44,7 +45,8 @@ def test_bench_rounds_give_intervals_a_verdict_and_the_plan_checked(tmp_path):
 def test_bench_accuracy_reports_held_out_accuracy_per_learning_rate_rule(tmp_path):
     out = tmp_path / "acc"
     result = scaletrain("bench", "--accuracy", "--workload", "digits-mlp", "--epochs", "1", "--nproc", "2",
-                        "--no-predict", "--lr-scaling", "linear", "--rounds", "1", "--out", str(out), timeout=240)
+                        "--no-predict", "--lr-scaling", "linear", "--rounds", "1", "--out", str(out), "--max-other-load", "2",
+                        timeout=240)
     assert result.returncode == 0, result.stderr
     doc = json.loads((out / "bench.json").read_text())
     rows = {r["label"]: r for r in doc["configurations"]}

@@ -113,6 +113,14 @@ CASES = [
     ("doctor-timeout-text", ["!", "doctor", "--self-test-timeout", "later"], {}, "expected a duration"),
     ("seed-negative", ["--seed=-1"], {}, "from 0 to 4294967295"),
     ("seed-too-big", ["--seed", "99999999999999999999"], {}, "from 0 to 4294967295"),
+    ("train-port-too-big", ["--master-port", "70000"], {}, "at most 65535, got 70000"),
+    ("launch-port-too-big", ["!", "launch", "--master-port", "70000", "examples/plain_ddp.py"], {}, "at most 65535"),
+    ("launch-abbreviated-flag", ["!", "launch", "--nproc", "2", "examples/plain_ddp.py"], {},
+     "unrecognized arguments: --nproc"),
+    ("spawn-master-addr-elsewhere", ["--nproc-per-node", "2", "--master-addr", "10.1.2.3"], {},
+     "is not an address of this host"),
+    ("gloo-interface-missing", [], {"GLOO_SOCKET_IFNAME": "eth99"}, "GLOO_SOCKET_IFNAME=eth99 names no interface"),
+    ("launch-timeout-text", ["!", "launch", "--timeout", "soon", "examples/plain_ddp.py"], {}, "expected a duration"),
 ]
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",

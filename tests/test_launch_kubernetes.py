@@ -88,6 +88,10 @@ def test_the_manifests_command_plans_the_pods_ranks(manifest):
     assert "4 node(s) × 2 process(es) = 8 rank(s)" in result.stdout
     assert "this node: node 1, ranks 2–3 of 8" in result.stdout
     assert "--nnodes 4 --nproc-per-node 2 --node-rank 1 --master-addr 127.0.0.1 --master-port 23456" in result.stdout
+    # `scaletrain launch` in the same pod plans the same ranks for a user's script.
+    result = scaletrain("launch", "--nproc-per-node", "2", "--dry-run", REPORT, env=test_env(**pod), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "this node: node 1, ranks 2–3 of 8" in result.stdout and "--node-rank 1" in result.stdout
 
 
 def test_two_pods_start_their_ranks_with_the_right_global_ranks(tmp_path):

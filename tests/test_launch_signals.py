@@ -46,7 +46,7 @@ def test_ctrl_c_ends_the_job_with_130_and_no_restart(launcher):
     assert not left, f"{launcher} left processes behind"
 
 
-@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun", "mpirun"])
 def test_sigterm_ends_the_job_with_143_after_its_ranks(launcher):
     proc, token, pids = start_and_wait_until_ready(launcher)
     ranks = set(pids.values())
@@ -60,7 +60,8 @@ def test_sigterm_ends_the_job_with_143_after_its_ranks(launcher):
 
 
 @pytest.mark.parametrize("launcher, words", [("spawn", "killed by SIGKILL (exit status -9)"),
-                                             ("torchrun", "ended without a word")])
+                                             ("torchrun", "ended without a word"),
+                                             ("mpirun", "ended without a word")])
 def test_a_rank_killed_by_a_signal_is_named(launcher, words):
     proc, token, pids = start_and_wait_until_ready(launcher)
     os.kill(pids[1], signal.SIGKILL)

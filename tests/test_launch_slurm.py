@@ -57,3 +57,23 @@ def test_detection_of_torchrun_started_by_srun(slurm):
     assert [(r["rank"], r["world_size"], r["launcher"]) for r in ranks] == [(0, 2, "torchrun"), (1, 2, "torchrun")]
     assert all(any("Slurm" in note for note in r["notes"]) for r in ranks)
     assert {r["all_reduce"] for r in ranks} == {3.0} and not left
+
+
+def test_a_written_batch_script_with_resources_runs(slurm, tmp_path):
+    """`--sbatch` with CPUs per task, a time limit and the partition, submitted as written:
+    Slurm accepts every line and runs both ranks."""
+    script = tmp_path / "job.sh"
+    written = run_session([sys.executable, "-m", "scaletrain", "launch", "--launcher", "srun", "--nproc-per-node", "2",
+                           "--cpus-per-task", "1", "--time", "5m", "--partition", "debug", "--sbatch", str(script),
+                           REPORT], timeout=60)[0]
+    assert written.returncode == 0, written.stderr
+    text = script.read_text()
+    assert "#SBATCH --cpus-per-task=1" in text and "#SBATCH --time=00:05:00" in text
+    assert "#SBATCH --partition=debug" in text and "#SBATCH --ntasks-per-node=2" in text
+    result, left = run_session(["sbatch", "--wait", str(script)], timeout=150, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not left
+    (log,) = tmp_path.glob("scaletrain-*.out")
+    ranks = detected(log.read_text())
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["all_reduce"] for r in ranks} == {3.0}, log.read_text()
+    assert {r["launcher"] for r in ranks} == {"slurm"}

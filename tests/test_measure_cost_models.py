@@ -86,3 +86,17 @@ def test_hybrid_is_mp_per_process_plus_ddp_allreduce():
     comm = f.ring_all_reduce_seconds(8 * MB, 2, 1e9, 1e-4)
     assert got.step_s == pytest.approx(0.001 + 0.080 + 0.009 + comm)
     assert got.global_batch == 64 and got.exposed_comm_s == pytest.approx(comm)
+
+
+def test_a_recorded_probe_predicts_the_same_again():
+    """bench.json keeps each round's probe as a dict; predictions made again from it are the
+    ones made from the probe itself (benchmarks/plan_vs_bench.py --from relies on it)."""
+    import json
+
+    from scaletrain.plan.probe import probe_from_dict
+
+    p = probe()
+    again = probe_from_dict(json.loads(json.dumps(p.as_dict())))
+    assert again == p
+    for strategy, n in (("ddp", 2), ("pipeline", 2), ("fsdp", 2), ("mp", 1)):
+        assert predict(again, strategy, n, options()) == predict(p, strategy, n, options())

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from .combine import combine, jsonable
 from .orchestrate import PROBE_KEY, bench_jobs
-from .rounds import Limits, run_rounds
+from .rounds import Limits, Rounds, run_rounds
 from .spec import BenchSettings, RunSpec
 from .verdict import Verdict, decide
 
@@ -48,7 +48,7 @@ def _analyse(session: Session, results: dict[str, list[dict]], budget_note: str 
     return rows, reference, decide(rows, ref_row, session.worth_at, budget_note)
 
 
-def measure(session: Session, say: Callable[[str], None]) -> tuple[dict, str]:
+def measure(session: Session, say: Callable[[str], None]) -> Rounds:
     """Runs the rounds; after each, one line on where the speedup stands."""
     def decided_after(results: dict[str, list[dict]]) -> bool:
         rows, _, verdict = _analyse(session, results)
@@ -64,17 +64,33 @@ def measure(session: Session, say: Callable[[str], None]) -> tuple[dict, str]:
     return run_rounds(jobs, session.out, session.limits, decided_after, say)
 
 
-def report(session: Session, results: dict, stop_reason: str, title: str, started: float, facts: dict,
+def _rounds_line(rounds: Rounds, max_other_cores: float) -> str:
+    line = f"Measured {rounds.kept} round(s): {rounds.stop_reason}."
+    if rounds.left_out:
+        busiest = max(r["other_cores"] for r in rounds.left_out)
+        line += (f" {len(rounds.left_out)} more left out: other processes kept up to {busiest:.2f} cores busy "
+                 f"during them (more than {max_other_cores:g}, --max-other-load).")
+    return line
+
+
+def report(session: Session, rounds: Rounds, title: str, started: float, facts: dict,
            say: Callable[[str], None]) -> int:
     from .plots import ACCURACY_PNG, BREAKDOWN_PNG, SPEEDUP_PNG, accuracy_plot, breakdown_plot, speedup_plot
     from .report import prediction_lines, print_table, write_outputs
 
+    results = rounds.results
     hint = "; measure longer (--budget) or on a quieter machine"
+    if rounds.kept == 0:
+        import sys
+
+        print(f"scaletrain: error: no round could be kept: other processes kept the machine busy during all "
+              f"{len(rounds.left_out)} of them (more than --max-other-load {session.limits.max_other_cores:g} cores); "
+              "measure when the machine is quieter, or give a larger --budget", file=sys.stderr)
+        return 1
     rows, reference, verdict = _analyse(session, results, budget_note=hint)
     accuracy = session.settings.accuracy
     print_table(rows, title, accuracy)
-    rounds = len(next(iter(results.values())))
-    closing = [*prediction_lines(rows), f"Measured {rounds} round(s): {stop_reason}.", verdict.sentence]
+    closing = [*prediction_lines(rows), _rounds_line(rounds, session.limits.max_other_cores), verdict.sentence]
     for line in closing:
         say(line)
     out = session.out
@@ -83,7 +99,8 @@ def report(session: Session, results: dict, stop_reason: str, title: str, starte
         plots.append(accuracy_plot(rows, out / ACCURACY_PNG, title))
     probes = [r["probe"].as_dict() for r in results.get(PROBE_KEY) or []]
     document = {**facts, "settings": session.settings.as_dict(), "title": title, "reference": reference,
-                "worth_at": session.worth_at, "verdict": verdict.as_dict(), "stop_reason": stop_reason,
+                "worth_at": session.worth_at, "verdict": verdict.as_dict(), "stop_reason": rounds.stop_reason,
+                "rounds_left_out": rounds.left_out, "max_other_load_cores": session.limits.max_other_cores,
                 "configurations": jsonable(rows), "notes": session.notes, "probes": probes,
                 "wall_seconds": time.perf_counter() - started}
     written = write_outputs(out, document, rows, title, accuracy, closing)

@@ -10,7 +10,6 @@ with the learning-rate rule and warm-up, the held-out evaluation, then the block
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ..api import init
 from ..measure.clock import Clock
@@ -48,26 +47,29 @@ def measure(settings: BenchSettings, strategy: str, threads: int | None, lr_scal
         loader = run.loader(train_set, batch_size=settings.batch_size, shuffle=True)
         warm = settings.lr_warmup_steps if settings.lr_warmup_steps is not None else len(loader)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_multiplier(step, factor, warm))
+        task = workload.training_task(train_set[0])  # its loss (cross-entropy, a language model's, ...)
+        loss_fn = task.loss_fn
         batches = forever(loader)
         clock = Clock(run.device)
         result = {}
         if settings.accuracy:
             epochs = settings.epochs or workload.epochs
-            timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * (epochs * len(loader)), clock,
+            timed_steps(run, model, optimizer, batches, loss_fn, [SYNC] * (epochs * len(loader)), clock,
                         scheduler)
-            result.update({f"eval_{k}": v for k, v in run.evaluate(model, held_out).items()})
+            result.update({f"eval_{k}": v for k, v in run.evaluate(model, held_out, loss_fn=loss_fn,
+                                                                           metrics=task.metrics).items()})
             result["epochs"] = epochs
             skip, steps = settings.warmup, settings.steps
         else:
             warming = Clock(run.device)
-            timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * settings.warmup, warming, scheduler)
+            timed_steps(run, model, optimizer, batches, loss_fn, [SYNC] * settings.warmup, warming, scheduler)
             steps = steps_to_measure(run, warming, SYNC, settings.steps, settings.min_seconds)
-            timed_steps(run, model, optimizer, batches, F.cross_entropy, [SYNC] * steps, clock, scheduler)
+            timed_steps(run, model, optimizer, batches, loss_fn, [SYNC] * steps, clock, scheduler)
             skip = 0
         comm_clock = None
         if run.world_size > 1:  # then the blocks that tell communication from computation
             comm_clock = Clock(run.device)
-            timed_steps(run, model, optimizer, batches, F.cross_entropy, measured_kinds(steps, run.world_size),
+            timed_steps(run, model, optimizer, batches, loss_fn, measured_kinds(steps, run.world_size),
                         comm_clock, scheduler)
         parts = breakdown(clock, skip, comm_clock)
         # Every rank measured its own steps; the job's figures are the ranks' averages

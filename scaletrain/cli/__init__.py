@@ -61,6 +61,10 @@ def build_parser(only: Optional[str] = None) -> OneLineParser:
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     name = chosen_command(argv)
+    if name in ("launch", "train"):
+        from .launch_options import glue_launcher_args
+
+        argv = glue_launcher_args(argv)
     parser = build_parser(name if name in COMMANDS else "")
     args = parser.parse_args(argv)
     args.argv = argv

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from ..defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
+from ..defaults import BENCH_BUDGET_S, BENCH_MAX_OTHER_CORES, WORTH_AT_SPEEDUP
 from ..errors import UsageError
 from .parsing import positive_float, positive_int
 from .plan_cmd import (add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"or the next would end past this many seconds (default {BENCH_BUDGET_S:g})")
     p.add_argument("--rounds", type=positive_int,
                    help="exactly this many rounds, whatever the verdict and the budget")
+    p.add_argument("--max-other-load", type=positive_float, default=BENCH_MAX_OTHER_CORES, metavar="CORES",
+                   help="a round during which other processes kept more than this many cores busy is left out and "
+                        f"run again (default {BENCH_MAX_OTHER_CORES:g})")
     p.add_argument("--worth-at", type=positive_float, default=WORTH_AT_SPEEDUP, metavar="SPEEDUP",
                    help="speedup over one process from which distributing is worth it "
                         f"(default {WORTH_AT_SPEEDUP:g})")
@@ -153,7 +156,7 @@ def measure_and_report(args, settings, workload, configs, notes, nprocs, options
 
     started = time.perf_counter()
     say = lambda text: print(text, flush=True)  # noqa: E731
-    limits = Limits(budget_s=args.budget, fixed_rounds=args.rounds)
+    limits = Limits(budget_s=args.budget, fixed_rounds=args.rounds, max_other_cores=args.max_other_load)
     rounds = f"{args.rounds} round(s)" if args.rounds else f"rounds until decided or {args.budget:g} s"
     say(f"scaletrain bench: {workload.name}, batch {settings.batch_size} per process, "
         f"{'accuracy over whole epochs' if settings.accuracy else f'{settings.steps} measured steps'}, "
@@ -166,9 +169,9 @@ def measure_and_report(args, settings, workload, configs, notes, nprocs, options
         spec = {**probe_spec(args, settings.workload), "steps": settings.steps, "warmup": settings.warmup}
         plan = probe_plan(workload.name, spec, nprocs, options, device_type, link)
     session = Session(settings, configs, notes, limits, args.worth_at, options, plan, out)
-    results, stop_reason = measure(session, say)
-    first = next((r for runs in results.values() for r in runs if "backend" in r), {})
+    rounds = measure(session, say)
+    first = next((r for runs in rounds.results.values() for r in runs if "backend" in r), {})
     title = (f"{workload.name}, batch {settings.batch_size}/process, {first.get('backend')} on {first.get('device')} "
              f"({options.cores} cores), torch {torch.__version__}")
     facts = {"scaletrain_version": __version__, "torch_version": torch.__version__, "cores": options.cores}
-    return report(session, results, stop_reason, title, started, facts, say)
+    return report(session, rounds, title, started, facts, say)

@@ -5,6 +5,7 @@ and the LaunchRequest they describe."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
@@ -35,6 +36,17 @@ def launcher_args(text: str) -> tuple:
 
 
 launcher_args.to_text = shlex.join  # how a configuration file records it (read back by launcher_args)
+
+
+def glue_launcher_args(argv: list[str]) -> list[str]:
+    """`--launcher-args "--exclusive"` as `--launcher-args=--exclusive`: argparse would take a
+    value that starts with a dash and has no space for an option of its own."""
+    out = list(argv)
+    for i, token in enumerate(out[:-1]):
+        if token in ("--launcher-args", "--launcher_args"):
+            out[i:i + 2] = [f"{token}={out[i + 1]}"]
+            break
+    return out
 
 
 def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -> None:
@@ -81,6 +93,13 @@ def launch_requested(args: argparse.Namespace) -> bool:
     """Whether the options ask for anything beyond running here, in this process."""
     return args.launcher not in ("auto", "spawn") or (args.nnodes or 1) > 1 or bool(
         args.hostfile or args.hosts or args.rdzv_endpoint or args.dry_run or args.sbatch)
+
+
+def runs_elsewhere(args: argparse.Namespace) -> bool:
+    """Whether the job is only written down for other machines (a Slurm batch script or its
+    dry run, outside an allocation): this host's devices say nothing about theirs."""
+    return (args.launcher == "srun" or bool(args.sbatch)) and (args.sbatch or args.dry_run) and \
+        not os.environ.get("SLURM_JOB_ID")
 
 
 def strip_launch_args(argv: list[str], also: tuple = ()) -> list[str]:

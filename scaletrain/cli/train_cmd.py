@@ -27,7 +27,7 @@ from ..workloads import BUILTIN, get_workload
 from ..workloads.tasks import TASKS
 from . import config_file
 from .config_file import CONFIG_FILE
-from .launch_options import add_launch_arguments, launch_request, launch_requested
+from .launch_options import add_launch_arguments, launch_request, launch_requested, runs_elsewhere
 from .fault_options import (add_fault_arguments, check_continuable, check_fault_flags, check_resume, describe_resume,
                             fault_config, out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out, hold_out, owned_by_parent, refuse_if_held
@@ -117,14 +117,16 @@ def default_nproc(strategy: str) -> int:
     return torch.cuda.device_count() or cpu_cores()
 
 
-def validate(config: TrainConfig, nproc: int):
+def validate(config: TrainConfig, nproc: int, here: bool = True):
     """Everything that can be checked before a process starts, so mistakes cost seconds.
-    Returns the strategy and the model it was checked with."""
+    Returns the strategy and the model it was checked with. `here`: False for a batch
+    script written for other machines, whose devices this host need not have."""
     netif.check_interfaces(os.environ)  # GLOO_SOCKET_IFNAME=eth99 would fail deep inside start-up
     strategy = get_strategy(config.strategy, **config.strategy_options)
     strategy.check_world_size(nproc)
-    device = choose_device(config.device, 0)
-    choose_backend(config.backend, device.type)
+    if here:
+        device = choose_device(config.device, 0)
+        choose_backend(config.backend, device.type)
     check_trackers(config.trackers)
     workload = get_workload(config.workload, config.model, config.dataset)
     model = workload.build_model()
@@ -179,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     if env.launched and not node_agent:  # we are one rank of a job someone else started
         return run_rank(args, env, config)
     nproc = args.nproc_per_node or default_nproc(config.strategy)
-    strategy, model = validate(config, nproc)
+    strategy, model = validate(config, nproc, here=not runs_elsewhere(args))
     resolve_workload_defaults(config, args)
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()

@@ -38,7 +38,10 @@ def _distributed():
 
 def joined() -> bool:
     dist = _distributed()
-    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except AttributeError:  # the program's thread is still importing torch.distributed
+        return False
 
 
 def waiting_to_join() -> bool:
@@ -56,7 +59,7 @@ def ranks_present(env: DistEnv) -> Optional[set[int]]:
     """The ranks that published their address in the rendezvous store; None when the store
     does not answer (its host, rank 0 or the launcher, is not there)."""
     dist = _distributed()
-    try:
+    try:  # (AttributeError: torch.distributed still being imported by the program's thread)
         store = dist.TCPStore(env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
                               timeout=timedelta(seconds=STORE_ANSWER_S))
         keys = store.list_keys()

@@ -6,7 +6,14 @@ group goes (often with DDP's reducer, when the model is freed after
 GIL; that thread is still releasing a finished collective's tensors, which needs the GIL.
 Both wait forever; the main thread never runs Python again.
 
-Nothing written in Python can act then: every Python thread needs the GIL. So the guard is
+The cause is removed here: when the program destroys a process group, the guard keeps a
+reference to the groups it destroys first, so no group's destructor (and its join) ever runs while the
+program runs; the rank runner ends the process with `_exit` once the program returns, which
+runs no destructor at all. A group destroyed this way keeps its idle threads and sockets
+until the process ends.
+
+Should the deadlock still happen some other way, nothing written in Python can act then:
+every Python thread needs the GIL. So the guard is also
 a POSIX timer whose expiry runs `_exit` in a C thread of glibc's (SIGEV_THREAD), armed when
 the program destroys its process group and pushed back every second by a Python thread.
 While the program runs Python (even a long post-training step: the interpreter hands the
@@ -66,6 +73,18 @@ class ExitTimer:
         self._libc.timer_settime(self._timer, 0, ctypes.byref(spec), None)
 
 
+def _groups_destroyed(group=None, *_args, **_kwargs) -> list:
+    """The groups a `destroy_process_group(group)` call destroys: that subgroup, or every
+    group torch.distributed knows of (the default one and its subgroups)."""
+    try:
+        c10d = sys.modules["torch.distributed.distributed_c10d"]
+        if group is not None and group is not c10d.GroupMember.WORLD:
+            return [group]
+        return list(c10d._world.pg_map)
+    except (KeyError, AttributeError):  # another torch: keep nothing, the timer still bounds it
+        return []
+
+
 class TeardownGuard:
     """Wraps `torch.distributed.destroy_process_group` once the program has imported it
     (watching sys.modules: the rank runner imports no torch itself); after the first call
@@ -75,6 +94,7 @@ class TeardownGuard:
         self.on_armed, self.grace = on_armed, grace
         self._timer: Optional[ExitTimer] = None
         self._stop = threading.Event()
+        self._kept: list = []
 
     def start(self) -> "TeardownGuard":
         if sys.platform.startswith("linux"):
@@ -93,6 +113,7 @@ class TeardownGuard:
 
     def _wrap(self, destroy):
         def destroy_process_group(*args, **kwargs):
+            self._kept.extend(_groups_destroyed(*args, **kwargs))  # their destructors never run (module docstring)
             result = destroy(*args, **kwargs)
             if self._timer is None and not self._stop.is_set():
                 self._arm()

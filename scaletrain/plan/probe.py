@@ -81,6 +81,18 @@ def footprint_from_dict(fp: dict) -> Footprint:
                         "grad_tensor_bytes": tuple(fp["grad_tensor_bytes"])})
 
 
+def probe_from_dict(doc: dict) -> Probe:
+    """A Probe back from its `as_dict()` (as bench.json keeps each round's): predictions can be
+    made again from recorded measurements."""
+    link = doc.get("link")
+    return Probe(workload=doc["workload"], batch_size=doc["batch_size"], device_type=doc["device_type"],
+                 cores=doc["cores"], compute={int(t): Compute(**c) for t, c in doc["compute"].items()},
+                 footprint=footprint_from_dict(doc["footprint"]) if doc.get("footprint") else None,
+                 link=Link(**{**link, "points": tuple(tuple(p) for p in link.get("points", ()))}) if link else None,
+                 block_s=tuple(doc.get("block_s", ())), block_micro_s=tuple(doc.get("block_micro_s", ())),
+                 microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())))
+
+
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
                     link: Optional[Link]) -> Probe:
     """One round's Probe from its jobs' results (threads -> result, see probe_rank); the link

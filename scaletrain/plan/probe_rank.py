@@ -20,7 +20,6 @@ import statistics
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from ..measure.clock import Clock
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
@@ -74,12 +73,13 @@ def measure_probe_round(spec: dict) -> dict:
                 model.register_comm_hook(None, _local_part_only)
             else:  # not wrapped by DDP: steps without gradient synchronisation instead
                 kind = NOSYNC
+        loss_fn = workload.training_task(train_set[0]).loss_fn
         batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
         clock = Clock(run.device)
-        timed_steps(run, model, optimizer, batches, F.cross_entropy, [kind] * spec["warmup"], clock)
+        timed_steps(run, model, optimizer, batches, loss_fn, [kind] * spec["warmup"], clock)
         steps = steps_to_measure(run, clock, kind, spec["steps"], spec["min_seconds"])
         run.barrier()  # every rank measures while the others run
-        timed_steps(run, model, optimizer, batches, F.cross_entropy, [kind] * steps, clock)
+        timed_steps(run, model, optimizer, batches, loss_fn, [kind] * steps, clock)
         skip = spec["warmup"]
         slowest = _slowest_per_step(clock.step_walls(kind, skip), run.device)
         parts = [statistics.median(clock.intervals(a, b, kind, skip)) for a, b in
@@ -93,21 +93,21 @@ def measure_probe_round(spec: dict) -> dict:
         if run.world_size > 1:
             result["link_rows"] = _link_rows(grads, run.device)
         else:
-            result.update(_model_facts(module, optimizer, batches, spec))
+            result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
         return result
 
 
-def _model_facts(module, optimizer, batches, spec: dict) -> dict:
+def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
     """Bytes of the model and the time of each block, in this (one-process) job."""
     from ..measure.footprint import measure_footprint
     from .block_times import block_seconds
 
     inputs, targets = next(batches)
-    footprint = measure_footprint(module, optimizer, inputs, targets, F.cross_entropy)
+    footprint = measure_footprint(module, optimizer, inputs, targets, loss_fn)
     micro = max(1, len(targets) // spec["microbatches"])
     return {"footprint": footprint.as_dict(),
-            "block_s": block_seconds(module, inputs, targets, F.cross_entropy),
-            "block_micro_s": block_seconds(module, inputs[:micro], targets[:micro], F.cross_entropy),
+            "block_s": block_seconds(module, inputs, targets, loss_fn),
+            "block_micro_s": block_seconds(module, inputs[:micro], targets[:micro], loss_fn),
             "microbatch_size": micro,
             "block_params": [sum(p.numel() for p in block.parameters()) for block in module.children()] or
             [sum(p.numel() for p in module.parameters())]}

@@ -27,6 +27,13 @@ class Workload:
     epochs: int = 10
     task: Optional[str] = "classification"  # see workloads.tasks; None: derived from the data
 
+    def training_task(self, sample=None):
+        """The workload's task (`workloads.tasks.Task`: loss and held-out metrics), told from a
+        training sample when the workload does not say."""
+        from .tasks import derive, get_task
+
+        return get_task(self.task or (derive(sample) if sample is not None else "classification"))
+
 
 BUILTIN: dict[str, Workload] = {w.name: w for w in (
     Workload("digits-cnn", "small CNN on scikit-learn's handwritten digits (real data)", digits_cnn, digits_datasets,
