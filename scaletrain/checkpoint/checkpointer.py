@@ -28,7 +28,6 @@ from torch import nn
 from .. import collectives
 from ..context import ProcessContext
 from ..defaults import KEEP_CHECKPOINTS, SHARDED_CHECKPOINT_MIN_BYTES
-from ..errors import arg
 from ..files import write_json_atomic
 from ..version import __version__
 from . import checksums, compat, layout, sharded
@@ -205,7 +204,7 @@ class Checkpointer:
             room = f"; {_mb(free)} free" if free is not None else ""
             return CheckpointError(f"cannot write a checkpoint into {self.directory}: the disk is full (it needs about "
                                    f"{_mb(needed)}{room}); the previous checkpoint is kept; free some space or write "
-                                   f"the run to another folder ({arg('out')})")
+                                   "the run to a disk with room (another --out, or checkpoint folder)")
         reason = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0][:200]
         return CheckpointError(f"cannot write a checkpoint into {self.directory}: {reason}; the previous checkpoint "
                                "is kept")
