@@ -54,8 +54,8 @@ def test_the_command_exits_2_with_one_line(tmp_path):
 def test_library_errors_name_the_library_arguments():
     with pytest.raises(UsageError, match="microbatches=2 does not apply to strategy='ddp'"):
         get_strategy("ddp", microbatches=2)
-    with pytest.raises(UsageError, match="precision='fp16': choose one of fp32, bf16"):
-        get_strategy("ddp", precision="fp16")
+    with pytest.raises(UsageError, match="precision='fp8': choose one of fp32, bf16, fp16"):
+        get_strategy("ddp", precision="fp8")
     with pytest.raises(UsageError, match="grad_accum=0"):
         get_strategy("fsdp", grad_accum=0)
     with pytest.raises(UsageError) as refused:

@@ -79,10 +79,12 @@ class NonFiniteGuard:
         return False
 
     def _tensors(self):
+        """This process's own parameters and gradients (its shards, under fsdp: the all-reduce
+        below combines the verdicts)."""
         for p in self.parameters:
-            yield p.detach()
+            yield _local(p.detach())
             if p.grad is not None:
-                yield p.grad.detach()
+                yield _local(p.grad.detach())
 
     def describe(self, step: int, loss_step: Optional[int]) -> tuple[str, str]:
         """(what went non-finite, and when; the likely cause)."""
@@ -99,3 +101,9 @@ class NonFiniteGuard:
             cause = (f"the learning rate (--lr {self.lr:g}) is too high for this model, or the model overflows "
                      "(a layer producing inf)")
         return what, cause
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The part of a (possibly sharded DTensor) tensor that lives in this process."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
