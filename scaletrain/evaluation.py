@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data.dataloader import default_collate
 
-from .batches import NO_TARGETS, compute_loss, first_tensor, move_to, split
+from .batches import NO_TARGETS, batch_size_of, compute_loss, move_to, split
 from .errors import UsageError, arg
 from .streams import ShardedStream
 
@@ -131,12 +131,7 @@ class _Counted(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         for batch in self.stream:
-            yield batch, _count(batch)
-
-
-def _count(batch: Any) -> int:
-    tensor = first_tensor(batch if not isinstance(batch, Mapping) else list(batch.values()))
-    return int(tensor.shape[0]) if tensor is not None and tensor.dim() else 1
+            yield batch, batch_size_of(batch) or 1
 
 
 def evaluate(prepared, dataset, *, batch_size: int, loss_fn: Optional[Callable], metrics: Any,
@@ -165,7 +160,7 @@ def evaluate(prepared, dataset, *, batch_size: int, loss_fn: Optional[Callable],
             count += real
     finally:
         prepared.model.train(was_training)
-    names = _agree_on_names(names, prepared)
+    names = _agree_on_names(names)
     if not names:  # no process saw an output (an empty set): the loss, as None
         names = ["loss"]
     if not wanted:  # this process saw no output: the names' kinds are the defaults'
@@ -198,7 +193,7 @@ def _batch_values(wanted: dict, output: Any, batch: Any, rest: tuple, loss_fn: O
     return {k: v.to(device) for k, v in values.items()}
 
 
-def _agree_on_names(names: Sequence[str], prepared) -> list[str]:
+def _agree_on_names(names: Sequence[str]) -> list[str]:
     """The metric names every rank reduces, in one order. With defaults chosen from the
     output, ranks that never saw an output (a pipeline's first stages) learn them from a
     rank that did."""

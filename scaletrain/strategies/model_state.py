@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state
 from ..context import ProcessContext
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
+def local_part(t: torch.Tensor) -> torch.Tensor:
     """The part of a (possibly sharded DTensor) tensor that lives in this process."""
     to_local = getattr(t, "to_local", None)
     return to_local() if callable(to_local) else t
@@ -32,7 +32,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 def _bytes(tensors: Iterable[torch.Tensor]) -> int:
     seen, total = set(), 0
     for t in tensors:
-        local = _local(t)
+        local = local_part(t)
         key = (local.device, local.data_ptr(), local.numel())
         if local.numel() and key not in seen:  # tensors that share memory count once
             seen.add(key)

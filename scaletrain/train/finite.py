@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UsageError
+from ..strategies.model_state import local_part
 
 _NONE = math.inf  # "no non-finite step seen", as the MIN reduction wants it
 
@@ -82,9 +83,9 @@ class NonFiniteGuard:
         """This process's own parameters and gradients (its shards, under fsdp: the all-reduce
         below combines the verdicts)."""
         for p in self.parameters:
-            yield _local(p.detach())
+            yield local_part(p.detach())
             if p.grad is not None:
-                yield _local(p.grad.detach())
+                yield local_part(p.grad.detach())
 
     def describe(self, step: int, loss_step: Optional[int]) -> tuple[str, str]:
         """(what went non-finite, and when; the likely cause)."""
@@ -102,8 +103,3 @@ class NonFiniteGuard:
                      "(a layer producing inf)")
         return what, cause
 
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """The part of a (possibly sharded DTensor) tensor that lives in this process."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
