@@ -29,6 +29,8 @@ def the_error_line(result) -> str:
     assert result.returncode == 2, result.stderr
     assert len(errors) == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+    # The launcher adds nothing to a rank's own one-line error ("rank 0 failed: exited with status 2").
+    assert "exited with status" not in result.stderr and "failed" not in result.stderr, result.stderr
     return errors[0]
 
 

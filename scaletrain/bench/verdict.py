@@ -2,8 +2,7 @@
 
 The question is whether running on several processes is worth it compared with one process
 measured the same way. A distributed configuration *pays* when its speedup over one process
-is at least `worth_at` (default 1.1×: below that the gain does not pay for the extra
-processes and their failure modes). The verdict rests on the 95% interval of the speedup,
+is at least `worth_at` (default 1.2×, defaults.WORTH_AT_SPEEDUP says why). The verdict rests on the 95% interval of the speedup,
 not on its median alone:
 
 - worth it: some distributed configuration's whole interval lies at or above `worth_at`;

@@ -55,16 +55,19 @@ def _write(path: Path, record: dict) -> None:
 
 
 def write_record(error_dir: Optional[str], rank: int, summary: str, text: str, *, pid: Optional[int] = None,
-                 killed: bool = False, status: int = 1, guessed: bool = False) -> Optional[dict]:
+                 killed: bool = False, status: int = 1, guessed: bool = False,
+                 explained: bool = False) -> Optional[dict]:
     """Writes a rank's failure record; returns it, or None when there is no folder.
     `killed`: written by the launcher for a rank a signal killed, the cause whenever its
-    peers' errors (written earlier, as they noticed it gone) claim to be first."""
+    peers' errors (written earlier, as they noticed it gone) claim to be first.
+    `explained`: the rank has already said why in its own words (scaletrain's one-line
+    usage errors); the launcher adds nothing to it."""
     folder = _folder(error_dir)
     if folder is None:
         return None
     record = {"rank": rank, "host": socket.gethostname(), "pid": pid or os.getpid(), "time": time.time(),
               "summary": summary, "traceback": text, "first": killed or _claim_first(folder), "killed": killed,
-              "status": status, "guessed": guessed}
+              "status": status, "guessed": guessed, "explained": explained}
     # Host and pid in the name: ranks on different hosts may share a folder (and a rank number
     # never repeats within a job, but a restarted rank's pid differs).
     _write(folder / f"rank-{rank}-{record['host']}-{record['pid']}.json", record)
@@ -174,7 +177,11 @@ def signal_summary(exit_code: int) -> str:
 
 
 def report(records: list[dict], exit_status: int, launcher: str = "the launcher", stream: TextIO = sys.stderr) -> None:
-    """The first failing rank's traceback first, with its host; then one line per later failure."""
+    """The first failing rank's traceback first, with its host; then one line per later failure.
+    Nothing when the first failure was explained by the rank itself (a one-line error above):
+    the lines "rank N failed: exited with status 2" would only bury it."""
+    if records and records[0].get("explained"):
+        return
     if not records:
         if exit_status:
             print(f"scaletrain: the job failed (exit status {exit_status}) and no rank left a traceback; "

@@ -109,8 +109,11 @@ def record_failure(rank: int, summary: str, text: str, exc: Optional[BaseExcepti
           f"(traceback reported by the launcher)", file=sys.stderr, flush=True)
 
 
-def run_program(body: Callable[[], None], describe: str, join_timeout: float) -> tuple[int, int]:
-    """Runs `body` (the program) as one rank; returns (rank, exit status), failures recorded."""
+def run_program(body: Callable[[], None], describe: str, join_timeout: float,
+                explains_usage_errors: bool = False) -> tuple[int, int]:
+    """Runs `body` (the program) as one rank; returns (rank, exit status), failures recorded.
+    `explains_usage_errors`: the program exits with status 2 only after printing its own
+    one-line error (scaletrain's commands do), so that exit is recorded without a word."""
     rank = -1
     watch = None
     try:
@@ -132,6 +135,10 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float) ->
         status = code if isinstance(code, int) else 1
         if not isinstance(code, int):
             print(code, file=sys.stderr)
+        if status == 2 and explains_usage_errors:
+            write_record(os.environ.get(ERROR_DIR_VAR), rank, "a usage error (its line is above)", "", status=2,
+                         explained=True)
+            return rank, status
         record_failure(rank, f"exited with status {status}", f"{describe} exited with status {status}", None, status)
         return rank, status
     except KeyboardInterrupt:  # Ctrl-C reaches every rank; the launcher says it once
@@ -144,6 +151,13 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float) ->
         if watch is not None:
             watch.stop()
     return rank, 0
+
+
+def run_target(target: Target, join_timeout: float) -> tuple[int, int]:
+    """Runs a launched program as one rank: (rank, exit status). scaletrain's own commands
+    print a one-line error before they exit with status 2."""
+    return run_program(lambda: run_as_main(target), target.describe(), join_timeout,
+                       explains_usage_errors=target.module == "scaletrain")
 
 
 def finish(rank: int, status: int) -> None:
@@ -166,7 +180,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except UsageError as exc:
         print(f"scaletrain: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    rank, status = run_program(lambda: run_as_main(target), target.describe(), join_timeout)
+    rank, status = run_target(target, join_timeout)
     finish(rank, status)
 
 

@@ -80,9 +80,9 @@ LAUNCHER = SpawnLauncher()
 
 def _run_rank_program(plan: Plan) -> None:
     """What each child does: the rank runner, in this process."""
-    from .rank import finish, run_as_main, run_program
+    from .rank import finish, run_target
 
-    rank, status = run_program(lambda: run_as_main(plan.target), plan.target.describe(), plan.join_timeout)
+    rank, status = run_target(plan.target, plan.join_timeout)
     finish(rank, status)
 
 
