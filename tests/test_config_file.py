@@ -119,3 +119,15 @@ def test_strategy_options_are_keys_and_a_wrong_one_names_its_flag(tmp_path):
     with pytest.raises(UsageError) as caught:
         get_strategy(args.strategy, microbatches=args.microbatches)
     assert "--microbatches 4 does not apply to --strategy ddp" in caught.value.for_command_line(*flag_names(build_parser()))
+
+
+def test_recorded_configuration_holds_the_options_every_strategy_takes(tmp_path):
+    from scaletrain.cli.strategy_options import strategy_options_from_args
+    from scaletrain.cli.train_cmd import record
+    from scaletrain.strategies import get_strategy
+
+    path = config_file.write(tmp_path / "config.yaml", record(parse("--strategy", "ddp")))
+    argv = ["--config", str(path), "--strategy", "fsdp"]  # the file suits another strategy too
+    options = strategy_options_from_args(config_file.apply(parse(*argv), build_parser, argv))
+    assert options == {"precision": "fp32", "grad_accum": 1, "compile": False}
+    assert get_strategy("fsdp", **options).grad_accum == 1

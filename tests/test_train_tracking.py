@@ -135,6 +135,9 @@ def test_csv_tracker_and_recorded_configuration(tracked):
     recorded = yaml.safe_load((out / "config.yaml").read_text())
     assert recorded["epochs"] == 2 and recorded["seed"] == 5 and recorded["nproc_per_node"] == 2  # flag over file
     assert recorded["tracker"] == ["tensorboard", "mlflow", "wandb", "csv"] and recorded["lr"] == 0.002
+    # Options every strategy takes are recorded though not given; one strategy's own are not.
+    assert (recorded["precision"], recorded["grad_accum"], recorded["compile"]) == ("fp32", 1, False)
+    assert "microbatches" not in recorded and "grad_compression" not in recorded
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,8 @@ NOT_RECORDED = frozenset({"config", "out", "dry_run", "sbatch", "node_rank"})
 HEADER = """\
 # The complete configuration of a `scaletrain train` run, as it was resolved and checked.
 # Repeat the run with: scaletrain train --config THIS_FILE (flags given there override it).
-# Keys are the long flags of `scaletrain train --help` with _ for -.
+# Keys are the long flags of `scaletrain train --help` with _ for -. Options of some strategies
+# only (microbatches, grad_compression, ...) appear when given; otherwise the strategy's defaults apply.
 """
 
 

@@ -53,6 +53,14 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
         g.add_argument(flag_of(f), **kwargs)
 
 
+def common_option_defaults() -> dict:
+    """The options every strategy takes, with their one default: a run's config.yaml holds
+    them even when not given (each strategy takes them, so the file still suits any
+    strategy a later command line picks)."""
+    return {name: uses[0][1].default for name, uses in _options_by_name().items()
+            if len(uses) == len(REGISTRY) and len({f.default for _, f in uses}) == 1}
+
+
 def strategy_options_from_args(args: argparse.Namespace) -> dict:
     """The strategy options the user gave, as keyword arguments for scaletrain.init."""
     return {name: getattr(args, name) for name in _options_by_name() if hasattr(args, name)}

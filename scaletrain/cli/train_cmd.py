@@ -32,7 +32,7 @@ from .fault_options import (add_fault_arguments, check_continuable, check_fault_
                             fault_config, out_may_hold_files, restart_argv)
 from .outdir import check_out, create_out, default_out, hold_out, owned_by_parent, refuse_if_held
 from .parsing import OneLineParser, positive_float, positive_int
-from .strategy_options import add_strategy_arguments, strategy_options_from_args
+from .strategy_options import add_strategy_arguments, common_option_defaults, strategy_options_from_args
 from .perf_options import add_perf_arguments, apply_perf_options
 from .track_options import add_track_arguments, track_config
 
@@ -152,8 +152,10 @@ def resolve_workload_defaults(config: TrainConfig, args: argparse.Namespace) -> 
 
 def record(args: argparse.Namespace, **resolved) -> dict:
     """The run's configuration as config.yaml holds it: every flag's value, `resolved` ones
-    (what the defaults came to) included."""
-    return config_file.record(argparse.Namespace(**{**vars(args), **resolved}), build_parser())
+    (what the defaults came to) included. Of the strategy options, those every strategy
+    takes (precision, grad_accum, compile) are always there; the others only when given."""
+    return config_file.record(argparse.Namespace(**{**common_option_defaults(), **vars(args), **resolved}),
+                              build_parser())
 
 
 def recorded_nproc(args: argparse.Namespace, nproc: int):
