@@ -27,6 +27,13 @@ from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
 #: The small message whose all-reduce gives the latency α.
 LATENCY_BYTES = 4096
 
+#: Each message size is timed for about this long (at most LINK_ITERS calls, at least 3):
+#: ten calls of a millisecond each, as before, moved the latency by ×3 between rounds on a
+#: 2-core machine (one scheduler hiccup is a large part of 10 ms), and a small model's
+#: predicted communication with it.
+LINK_SECONDS_PER_SIZE = 0.25
+LINK_ITERS = 200
+
 
 def _local_part_only(state, bucket):
     """A DDP communication hook that keeps the default hook's local work and skips the
@@ -45,11 +52,13 @@ def _slowest_per_step(walls: list[float], device: torch.device) -> list[float]:
 
 
 def _link_rows(grad_tensor_bytes: list[int], device: torch.device) -> list[dict]:
-    from ..comm.runner import time_op
+    from ..comm.runner import iterations_for, time_op
     from .formulas import ddp_buckets
 
     sizes = sorted({LATENCY_BYTES, *ddp_buckets(grad_tensor_bytes)})
-    return [time_op("all_reduce", size, device, iters=10, warmup=2) for size in sizes]
+    return [time_op("all_reduce", size, device, warmup=2,
+                    iters=iterations_for("all_reduce", size, device, LINK_ITERS, LINK_SECONDS_PER_SIZE))
+            for size in sizes]
 
 
 def measure_probe_round(spec: dict) -> dict:
