@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
         with hold_out(out, out_may_hold_files(args, out)):
             config_file.write(out / CONFIG_FILE, recorded)
-            train(config, out)
+            train(config, out, resume_checked=True)
         return 0
     return launch_ranks(args, out, nproc, recorded, node_rank)
 
@@ -292,7 +292,9 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
                     held.enter_context(hold_out(out, may_hold_files=True))
                 config_file.write(own_record, record(args, nproc_per_node=env.local_world_size, nnodes=env.nnodes))
         try:
-            train(config, out)
+            # Started by `scaletrain train` (which holds the folder): it has shown the resume's
+            # notes already; under torchrun/mpirun/srun directly, rank 0 shows them.
+            train(config, out, resume_checked=owned_by_parent(out))
         except TrainingDiverged:
             if env.rank != 0:  # rank 0 says it; the others stop with the same status, silently
                 return TrainingDiverged.STATUS

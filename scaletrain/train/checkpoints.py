@@ -20,8 +20,11 @@ class TrainerCheckpoints:
     comes due in the middle of a cycle waits for its end, so nothing accumulated is lost."""
 
     def __init__(self, run: "Run", out: Path, every: int, keep: int, resume: Optional[str], say,
-                 layout: str = "auto"):
+                 layout: str = "auto", notes_shown: bool = False):
+        """`notes_shown`: the command that started this run has already checked the
+        checkpoint to resume and shown its notes (checkpoints skipped, settings changed)."""
         self.run, self.every, self.resume_from, self.say = run, every, resume, say
+        self.notes_shown = notes_shown
         self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep, layout)
         self.last_saved = -1
         self.due = False
@@ -49,7 +52,7 @@ class TrainerCheckpoints:
         if start["epoch"] > epochs:
             raise UsageError(f"{resumed['path']} is in epoch {start['epoch']} but this run trains {epochs} epoch(s); "
                              f"use {arg('epochs', start['epoch'])} or more to continue it")
-        for note in resumed["notes"]:
+        for note in [] if self.notes_shown else resumed["notes"]:
             self.say(f"scaletrain: note: {note}")
         self.say(f"scaletrain: resumed from {resumed['path']} at step {resumed['step']} "
                  f"(epoch {start['epoch']}, {loader.position()['batches_done']} of {len(loader)} batches already done)")

@@ -23,8 +23,10 @@ from .report import Reporter
 from .steps import StepRecorder
 
 
-def train(config: TrainConfig, out: Path) -> dict:
-    """Trains in this process, as one rank of whatever job the environment describes."""
+def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
+    """Trains in this process, as one rank of whatever job the environment describes.
+    `resume_checked`: the command that started the run checked what --resume will load and
+    showed its notes, so they are not shown again."""
     started = time.perf_counter()
     workload = get_workload(config.workload, config.model, config.dataset)
     epochs = config.epochs or workload.epochs
@@ -49,7 +51,7 @@ def train(config: TrainConfig, out: Path) -> dict:
                         "global_batch_size": global_batch, "workload_name": workload.name})
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
-                                         reporter.say, config.checkpoint_layout)
+                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked)
         start = checkpoints.resume(model, optimizer, loader, epochs)
         finite = checkpoints.finite = NonFiniteGuard(run, model, config.log_every_steps, config.allow_nonfinite, lr,
                                                      run.steps_taken, reporter.say)
