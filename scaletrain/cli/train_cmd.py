@@ -279,22 +279,23 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
     resolve_workload_defaults(config, args)
     own_record = out / CONFIG_FILE
     by_own_command = bool(args.config) and Path(args.config).absolute() == own_record.absolute()
+    # Decided before rank 0 may take the folder itself (which marks it held in this process):
+    # a `scaletrain train` command holding it has checked the resume and shown its notes.
+    started_by_command = owned_by_parent(out)
     with contextlib.ExitStack() as held:
         if not by_own_command:
             # Started by torchrun, mpirun or srun directly (or reading a node's private copy):
             # rank 0 writes the run's own record, and owns the folder unless the command that
             # started this node's ranks does.
-            directly = not owned_by_parent(out)
-            if directly and args.resume == "auto":
+            if not started_by_command and args.resume == "auto":
                 check_continuable(out, config.epochs)
             if env.rank == 0:
-                if directly:
+                if not started_by_command:
                     held.enter_context(hold_out(out, may_hold_files=True))
                 config_file.write(own_record, record(args, nproc_per_node=env.local_world_size, nnodes=env.nnodes))
         try:
-            # Started by `scaletrain train` (which holds the folder): it has shown the resume's
-            # notes already; under torchrun/mpirun/srun directly, rank 0 shows them.
-            train(config, out, resume_checked=owned_by_parent(out))
+            # Under torchrun/mpirun/srun directly, rank 0 shows the resume's notes.
+            train(config, out, resume_checked=started_by_command)
         except TrainingDiverged:
             if env.rank != 0:  # rank 0 says it; the others stop with the same status, silently
                 return TrainingDiverged.STATUS

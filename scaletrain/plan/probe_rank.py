@@ -28,7 +28,7 @@ from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
 LATENCY_BYTES = 4096
 
 #: Each message size is timed for about this long (at most LINK_ITERS calls, at least 3):
-#: ten calls of a millisecond each, as before, moved the latency by ×3 between rounds on a
+#: a fixed ten calls of a millisecond each moved the latency by ×3 between rounds on a
 #: 2-core machine (one scheduler hiccup is a large part of 10 ms), and a small model's
 #: predicted communication with it.
 LINK_SECONDS_PER_SIZE = 0.25

@@ -52,8 +52,9 @@ class TrainerCheckpoints:
         if start["epoch"] > epochs:
             raise UsageError(f"{resumed['path']} is in epoch {start['epoch']} but this run trains {epochs} epoch(s); "
                              f"use {arg('epochs', start['epoch'])} or more to continue it")
-        for note in [] if self.notes_shown else resumed["notes"]:
-            self.say(f"scaletrain: note: {note}")
+        if not self.notes_shown:
+            for note in resumed["notes"]:
+                self.say(f"scaletrain: note: {note}")
         self.say(f"scaletrain: resumed from {resumed['path']} at step {resumed['step']} "
                  f"(epoch {start['epoch']}, {loader.position()['batches_done']} of {len(loader)} batches already done)")
         return start
