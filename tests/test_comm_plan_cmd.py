@@ -53,7 +53,12 @@ def test_plan_predicts_every_strategy_and_size_and_what_fits(comm_json):
     assert {("fsdp", n) for n in (1, 2, 8, 16, 64)} <= got
     assert ("pipeline", 2) in got and ("pipeline", 8) not in got  # 4 blocks: at most 4 stages
     ddp2 = next(p for p in doc["predictions"] if p["strategy"] == "ddp" and p["world_size"] == 2)
-    assert ddp2["global_batch"] == 64 and ddp2["exposed_comm_s"] > 0
+    assert ddp2["global_batch"] == 64 and ddp2["comm_s"] > 0
+    # on this machine's 2 processes, the communication of the probe's real DDP steps
+    measured = probe["ddp_step"]
+    assert measured["world_size"] == 2 and measured["step_s"] > 0 and measured["local_step_s"] > 0
+    assert ddp2["exposed_comm_s"] == pytest.approx(max(0.0, measured["step_s"] - measured["local_step_s"]))
+    assert ddp2["step_s"] == pytest.approx(max(measured["step_s"], measured["local_step_s"]))
     assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
     # 2.5 MB is less than the replicated model, gradients and Adam state (about 2.4 MB) + activations
     conclusions = doc["conclusions"]

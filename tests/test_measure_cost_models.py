@@ -95,8 +95,30 @@ def test_a_recorded_probe_predicts_the_same_again():
 
     from scaletrain.plan.probe import probe_from_dict
 
-    p = probe()
+    from dataclasses import replace
+
+    from scaletrain.plan.probe import DdpStep
+
+    p = replace(probe(), ddp_step=DdpStep(world_size=2, threads=1, step_s=0.100, local_step_s=0.090))
     again = probe_from_dict(json.loads(json.dumps(p.as_dict())))
     assert again == p
     for strategy, n in (("ddp", 2), ("pipeline", 2), ("fsdp", 2), ("mp", 1)):
         assert predict(again, strategy, n, options()) == predict(p, strategy, n, options())
+
+
+def test_ddp_takes_the_probes_measured_communication_where_the_probe_ran_it():
+    """On this machine's process count the exposed communication is the probe's real DDP
+    steps' (all-reduce plus waiting); on more machines, the α/β model of the link."""
+    from dataclasses import replace
+
+    from scaletrain.plan.probe import DdpStep
+
+    p = replace(probe(), ddp_step=DdpStep(world_size=2, threads=1, step_s=0.100, local_step_s=0.090))
+    here = predict(p, "ddp", 2, options())
+    assert here.exposed_comm_s == pytest.approx(0.010) and here.step_s == pytest.approx(0.100)
+    assert here.comm_s == pytest.approx(f.ring_all_reduce_seconds(8 * MB, 2, 1e9, 1e-4))
+    assert "measured in the probe's DDP steps" in here.note
+    across = predict(p, "ddp", 4, options())  # two machines: the network's α/β
+    assert across.exposed_comm_s == pytest.approx(across.comm_s) and "measured" not in across.note
+    plain = predict(probe(), "ddp", 2, options())  # no DDP steps measured: the model
+    assert plain.exposed_comm_s == pytest.approx(plain.comm_s)

@@ -1,7 +1,8 @@
 """The measurements a plan starts from (one round of them): a process's step time at each
 thread count the predictions need, measured next to as many processes as will share the
-machine and without communication; the model's byte counts and per-block times; and the
-all-reduce's latency and bus bandwidth. See probe_rank for how they are measured."""
+machine and without communication; the same job's real DDP step, with its all-reduce; the
+model's byte counts and per-block times; and the all-reduce's latency and bus bandwidth.
+See probe_rank for how they are measured."""
 
 from __future__ import annotations
 
@@ -49,6 +50,22 @@ class Compute:
     copies: int
 
 
+@dataclass(frozen=True)
+class DdpStep:
+    """A real DDP step (with its all-reduce) of `world_size` processes × `threads` threads on
+    this machine, next to the step of the same job without the all-reduce, in alternating
+    blocks (seconds, step by step the slowest rank). Their difference is what the all-reduce
+    costs inside training: the collective plus the ranks waiting for each other."""
+    world_size: int
+    threads: int
+    step_s: float
+    local_step_s: float
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return max(0.0, self.step_s - self.local_step_s)
+
+
 @dataclass
 class Probe:
     """One round of a plan's measurements."""
@@ -67,6 +84,8 @@ class Probe:
     microbatch_size: int = 0
     block_params: tuple = ()
     """Parameters of each top-level block (how the strategies cut stages)."""
+    ddp_step: Optional[DdpStep] = None
+    """Measured in the job of several processes (None: one process planned, or no DDP)."""
 
     @property
     def step_s(self) -> dict:
@@ -90,7 +109,8 @@ def probe_from_dict(doc: dict) -> Probe:
                  footprint=footprint_from_dict(doc["footprint"]) if doc.get("footprint") else None,
                  link=Link(**{**link, "points": tuple(tuple(p) for p in link.get("points", ()))}) if link else None,
                  block_s=tuple(doc.get("block_s", ())), block_micro_s=tuple(doc.get("block_micro_s", ())),
-                 microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())))
+                 microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())),
+                 ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None)
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -104,10 +124,13 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
         rows = next((j["link_rows"] for j in jobs.values() if j.get("link_rows")), None)
         if rows:
             link = link_from_rows(rows, f"all_reduce in the probe job, {rows[0]['world_size']} processes")
+    ddp = next((DdpStep(j["world_size"], t, j["ddp_step_s"], j["step_s"]) for t, j in jobs.items()
+                if "ddp_step_s" in j), None)
     return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
                  footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
-                 microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())))
+                 microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())),
+                 ddp_step=ddp)
 
 
 def link_from_rows(rows: list[dict], source: str) -> Link:

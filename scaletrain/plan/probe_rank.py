@@ -1,14 +1,17 @@
 """One round of the plan's measurements, as one rank of a job of n processes on this machine.
 
 The job runs what a DDP job of n processes runs — the same launcher, the same core pinning,
-threads, optimizer, loader and DDP wrapper — with one difference on several processes: DDP's
-all-reduce is replaced by a hook that does only its local part (dividing each bucket by the
-world size).
-So the step time measured is a rank's computation as it will be in the real job, next to its
-neighbours, minus the communication; a synchronous step waits for the slowest rank, so the
-step time is, step by step, the slowest rank's, and (as in bench) the mean over the steps:
-what training gets, hiccups included. Then the same processes time the all-reduce
-alone, for a small message (latency) and for each of DDP's gradient buckets (bandwidth).
+threads, optimizer, loader and DDP wrapper. On several processes its steps come in blocks of
+two kinds, in turn: "local" steps, whose hook does only the local part of DDP's all-reduce
+(dividing each bucket by the world size), and real DDP steps with the all-reduce. The local
+steps give a rank's computation as it will be in the real job, next to its neighbours, minus
+the communication; the real steps give what the all-reduce costs inside a step — the
+collective plus the ranks waiting for each other, which the all-reduce timed alone does not
+show (for a step of a few milliseconds that is most of it). A synchronous step waits for
+the slowest rank, so each kind's step time is, step by step, the slowest rank's, and (as in
+bench) the mean over the steps: what training gets, hiccups included. Then the same
+processes time the all-reduce alone, for a small message (latency) and for each of DDP's
+gradient buckets (bandwidth): the model for the process counts and links not measured.
 
 On one process the job also counts the model's bytes and times each top-level block
 (forward + backward) at the pipeline's micro-batch size and at the whole batch.
@@ -24,6 +27,14 @@ import torch.distributed as dist
 from ..measure.clock import Clock
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
 
+#: Steps whose DDP hook skips the all-reduce (the computation alone).
+LOCAL = "local"
+
+#: Local and real DDP steps alternate in blocks of this many, so that both see the same load;
+#: the first step of a block is left out of both (it absorbs the switch: ranks that drifted
+#: apart during local steps wait for each other at the first all-reduce).
+BLOCK_STEPS = 10
+
 #: The small message whose all-reduce gives the latency α.
 LATENCY_BYTES = 4096
 
@@ -35,12 +46,23 @@ LINK_SECONDS_PER_SIZE = 0.25
 LINK_ITERS = 200
 
 
-def _local_part_only(state, bucket):
-    """A DDP communication hook that keeps the default hook's local work and skips the
-    all-reduce: the bucket, divided by the world size, is its own result."""
-    future = torch.futures.Future()
-    future.set_result(bucket.buffer().div_(dist.get_world_size()))
-    return future
+class _AllReduceSwitch:
+    """A DDP communication hook that runs DDP's own all-reduce (torch's default hook) while
+    `communicate` is set, and otherwise only its local part: the bucket divided by the world
+    size is its own result. DDP takes one hook for its lifetime, hence a switch."""
+
+    def __init__(self):
+        self.communicate = False
+
+    @staticmethod
+    def hook(state: "_AllReduceSwitch", bucket):
+        if state.communicate:
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+            return allreduce_hook(None, bucket)
+        future = torch.futures.Future()
+        future.set_result(bucket.buffer().div_(dist.get_world_size()))
+        return future
 
 
 def _slowest_per_step(walls: list[float], device: torch.device) -> list[float]:
@@ -49,6 +71,19 @@ def _slowest_per_step(walls: list[float], device: torch.device) -> list[float]:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return tensor.tolist()
+
+
+def _block_values(values: list[float], per_block: int, skip_first: bool) -> list[float]:
+    """`values` of consecutive blocks of `per_block` steps, the first of each block left out."""
+    return [v for i, v in enumerate(values) if not (skip_first and i % per_block == 0)]
+
+
+def _block_walls(clock: Clock, kind: str, per_block: int, skip_first: bool) -> list[float]:
+    return _block_values(clock.step_walls(kind), per_block, skip_first)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _link_rows(grad_tensor_bytes: list[int], device: torch.device) -> list[dict]:
@@ -74,29 +109,49 @@ def measure_probe_round(spec: dict) -> dict:
         model = workload.build_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=workload.lr)
         model, optimizer = run.setup(model, optimizer)
-        kind = SYNC
+        kind, switch = SYNC, None
         if run.world_size > 1:
             # On one process the job is exactly what the one-process run does (its group of
             # one still passes every bucket through the backend: a cost of its own).
             if hasattr(model, "register_comm_hook"):
-                model.register_comm_hook(None, _local_part_only)
+                switch = _AllReduceSwitch()
+                model.register_comm_hook(switch, _AllReduceSwitch.hook)
+                kind = LOCAL
             else:  # not wrapped by DDP: steps without gradient synchronisation instead
                 kind = NOSYNC
         loss_fn = workload.training_task(train_set[0]).loss_fn
         batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
+
+        def steps_of(step_kind: str, count: int, clock: Clock) -> None:
+            if switch is not None:
+                switch.communicate = step_kind == SYNC
+            timed_steps(run, model, optimizer, batches, loss_fn, [step_kind] * count, clock)
+
+        warming = Clock(run.device)
+        steps_of(kind, spec["warmup"], warming)
+        steps = steps_to_measure(run, warming, kind, spec["steps"], spec["min_seconds"])
+        if switch is not None:
+            steps_of(SYNC, spec["warmup"], Clock(run.device))  # the all-reduce's first calls set it up
         clock = Clock(run.device)
-        timed_steps(run, model, optimizer, batches, loss_fn, [kind] * spec["warmup"], clock)
-        steps = steps_to_measure(run, clock, kind, spec["steps"], spec["min_seconds"])
         run.barrier()  # every rank measures while the others run
-        timed_steps(run, model, optimizer, batches, loss_fn, [kind] * steps, clock)
-        skip = spec["warmup"]
-        slowest = _slowest_per_step(clock.step_walls(kind, skip), run.device)
-        parts = [statistics.median(clock.intervals(a, b, kind, skip)) for a, b in
-                 (("start", "data"), ("data", "fb"), ("fb", "opt"))]
+        if switch is None:
+            steps_of(kind, steps, clock)
+            per_block, kinds = steps, (kind,)
+        else:
+            per_block, kinds = BLOCK_STEPS + 1, (LOCAL, SYNC)
+            for _ in range(-(-steps // BLOCK_STEPS)):
+                for step_kind in kinds:
+                    steps_of(step_kind, per_block, clock)
+        skip_first = switch is not None
+        slowest = {k: _slowest_per_step(_block_walls(clock, k, per_block, skip_first), run.device) for k in kinds}
+        parts = [statistics.median(_block_values(clock.intervals(a, b, kind), per_block, skip_first))
+                 for a, b in (("start", "data"), ("data", "fb"), ("fb", "opt"))]
         parts = run.mean(torch.tensor(parts, dtype=torch.float64)).tolist()
         result = {"world_size": run.world_size, "threads": run.threads, "device": str(run.device),
-                  "backend": run.backend, "pinned_cores": run.cores, "step_s": sum(slowest) / len(slowest),
-                  "data_s": parts[0], "fb_s": parts[1], "optimizer_s": parts[2], "steps": len(slowest)}
+                  "backend": run.backend, "pinned_cores": run.cores, "step_s": _mean(slowest[kind]),
+                  "data_s": parts[0], "fb_s": parts[1], "optimizer_s": parts[2], "steps": len(slowest[kind])}
+        if switch is not None:
+            result["ddp_step_s"] = _mean(slowest[SYNC])
         module = run.unwrap(model)
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
         if run.world_size > 1:

@@ -56,7 +56,11 @@ def median_probe(probes: list[Probe]) -> Probe:
                     busbw=statistics.median(p.link.busbw for p in probes), nproc=link.nproc, source=link.source,
                     points=tuple((size, statistics.median(p.link.busbw_for(size) for p in probes))
                                  for size, _ in link.points))
-    return replace(first, compute=compute, link=link)
+    ddp = first.ddp_step
+    if ddp is not None and all(p.ddp_step is not None for p in probes):
+        ddp = replace(ddp, step_s=statistics.median(p.ddp_step.step_s for p in probes),
+                      local_step_s=statistics.median(p.ddp_step.local_step_s for p in probes))
+    return replace(first, compute=compute, link=link, ddp_step=ddp)
 
 
 def step_spreads(probes: list[Probe]) -> dict[int, Spread]:
