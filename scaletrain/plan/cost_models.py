@@ -70,8 +70,8 @@ def _ddp(probe: Probe, s: Scenario, o: Options) -> dict:
     cost = {"compute": c.step_s, "comm": comm, "exposed": modelled if measured is None else measured,
             "batch": probe.batch_size * s.world_size, "memory": _replicated_memory(probe)}
     if measured is not None:
-        cost["note"] = (f"communication as measured in the probe's DDP steps ({measured * 1e3:.1f} ms; "
-                        f"the all-reduce timed alone predicts {modelled * 1e3:.1f} ms)")
+        # No figures: a prediction's note is one round's, its figures the rounds' medians.
+        cost["note"] = "communication as measured in the probe's DDP steps, not modelled from the all-reduce alone"
     return cost
 
 
