@@ -78,14 +78,6 @@ def _block_values(values: list[float], per_block: int, skip_first: bool) -> list
     return [v for i, v in enumerate(values) if not (skip_first and i % per_block == 0)]
 
 
-def _block_walls(clock: Clock, kind: str, per_block: int, skip_first: bool) -> list[float]:
-    return _block_values(clock.step_walls(kind), per_block, skip_first)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def _link_rows(grad_tensor_bytes: list[int], device: torch.device) -> list[dict]:
     from ..comm.runner import iterations_for, time_op
     from .formulas import ddp_buckets
@@ -143,15 +135,16 @@ def measure_probe_round(spec: dict) -> dict:
                 for step_kind in kinds:
                     steps_of(step_kind, per_block, clock)
         skip_first = switch is not None
-        slowest = {k: _slowest_per_step(_block_walls(clock, k, per_block, skip_first), run.device) for k in kinds}
+        slowest = {k: _slowest_per_step(_block_values(clock.step_walls(k), per_block, skip_first), run.device)
+                   for k in kinds}
         parts = [statistics.median(_block_values(clock.intervals(a, b, kind), per_block, skip_first))
                  for a, b in (("start", "data"), ("data", "fb"), ("fb", "opt"))]
         parts = run.mean(torch.tensor(parts, dtype=torch.float64)).tolist()
         result = {"world_size": run.world_size, "threads": run.threads, "device": str(run.device),
-                  "backend": run.backend, "pinned_cores": run.cores, "step_s": _mean(slowest[kind]),
+                  "backend": run.backend, "pinned_cores": run.cores, "step_s": statistics.fmean(slowest[kind]),
                   "data_s": parts[0], "fb_s": parts[1], "optimizer_s": parts[2], "steps": len(slowest[kind])}
         if switch is not None:
-            result["ddp_step_s"] = _mean(slowest[SYNC])
+            result["ddp_step_s"] = statistics.fmean(slowest[SYNC])
         module = run.unwrap(model)
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
         if run.world_size > 1:
