@@ -32,7 +32,6 @@ from .backends import choose_backend
 from .batches import NO_TARGETS
 from . import evaluation
 from .checkpoint import DEFAULT_KEEP, Checkpointer
-from .compiling import compile_blocks
 from .context import ProcessContext
 from .data import ShardedLoader
 from .defaults import HANG_TIMEOUT_S
@@ -40,10 +39,11 @@ from .devices import choose_device, pin_cores, threads_per_process
 from .environment import DistEnv, detect
 from .errors import UsageError, arg
 from .fault.start import backstop_timeout, start_watchdog
+from .parallel import ModelPart, Prepared, Topology
+from .parallel.model_state import ModuleState
 from .precision import LossScaler
 from .run_collectives import RunCollectives
-from .strategies import Prepared, Strategy, get_strategy
-from .strategies.model_state import ModuleState
+from .strategies import Strategy, get_strategy
 from .track import Trackers, TrackerSpec, check_trackers, open_trackers
 
 
@@ -61,6 +61,8 @@ class Run(RunCollectives):
         self.env = env
         self.strategy = strategy
         self.ctx = ctx
+        #: The run's parallel dimensions and device mesh: every topology question is its.
+        self.topology: Topology = strategy.topology(ctx)
         self.seed = seed
         self._owns_group = owns_group
         self._closed = False
@@ -71,7 +73,8 @@ class Run(RunCollectives):
         self._watchdog = None  # hang detection, when there are peers to wait for
         self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
         self.trackers = Trackers([])  # init(trackers=...): rank 0's experiment trackers
-        self.scaler = LossScaler(strategy.precision, ctx.device, strategy.shards_gradients)  # fp16's loss scaling
+        # fp16's loss scaling; where processes hold different gradients, they agree on overflow.
+        self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -87,11 +90,18 @@ class Run(RunCollectives):
 
     @property
     def data_parallel_rank(self) -> int:
-        return self.strategy.data_parallel(self.ctx)[0]
+        """Which data-parallel shard of every global batch this process reads."""
+        return self.topology.dp_rank
 
     @property
     def data_parallel_size(self) -> int:
-        return self.strategy.data_parallel(self.ctx)[1]
+        """How many different batches one optimizer step sees (replicas × shards)."""
+        return self.topology.dp_size
+
+    @property
+    def mesh(self):
+        """The DeviceMesh of the run, dimensions ("pp", "dp_replicate", "dp_shard", "tp")."""
+        return self.topology.mesh
 
     # -- model and data -----------------------------------------------------------------
     def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None):
@@ -100,14 +110,10 @@ class Run(RunCollectives):
         bound to it keeps driving it. Returns the model; (model, optimizer) when an
         optimizer is given; (model, optimizer, scheduler) when a scheduler is given too.
         Call it once per model (a GAN's generator and discriminator: twice)."""
-        prepared = self.strategy.setup(self.ctx, model, optimizer)
+        prepared = self.strategy.setup(self.topology, model, optimizer)
         self._prepared[id(prepared.model)] = prepared
-        if self.strategy.options.compile:
-            compiled = compile_blocks(prepared.module)
-            self.print(f"scaletrain: torch.compile on {len(compiled)} block(s) ({', '.join(compiled) or 'the model'}); "
-                       "the first steps are slow while they compile")
-        if prepared.banner:
-            self.print(prepared.banner)
+        for line in prepared.banner:
+            self.print(f"scaletrain: {line}")
         if scheduler is not None:
             if getattr(scheduler, "optimizer", prepared.optimizer) is not prepared.optimizer:
                 scheduler.optimizer = prepared.optimizer  # drive the optimizer that really steps
@@ -124,7 +130,8 @@ class Run(RunCollectives):
             raise UsageError("this is the model you gave run.setup, not the one it returned: pass the returned "
                              "model (model, optimizer = run.setup(model, optimizer)), or its gradients are not "
                              "synchronised")
-        found = self._prepared[id(model)] = Prepared(self.strategy, self.ctx, model, None, module=model)
+        plain = ModelPart(module=model, model=model)
+        found = self._prepared[id(model)] = Prepared(self.strategy.plan(self.topology), plain, None)
         return found
 
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
@@ -137,9 +144,9 @@ class Run(RunCollectives):
         (a stream: dealt out as it is read, each sample to one rank and one worker per
         epoch; it must yield the same samples in the same order on every rank).
         `collate_fn`, `num_workers` and DataLoader's other arguments pass through."""
-        rank, size = self.strategy.data_parallel(self.ctx)
         drop_last = drop_last or self.strategy.whole_batches_only()
-        return ShardedLoader(dataset, batch_size, shard=rank, num_shards=size, shuffle=shuffle,
+        return ShardedLoader(dataset, batch_size, shard=self.data_parallel_rank, num_shards=self.data_parallel_size,
+                             shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
                              device=self.device, **loader_kwargs)
 
@@ -265,11 +272,12 @@ class Run(RunCollectives):
         default the loss, and the accuracy when the model is a classifier (a tensor of
         logits, integer targets). The loss is `loss_fn(output, targets...)` (a mean over the
         batch) when given, else the model's own `output.loss`."""
-        rank, size = self.strategy.data_parallel(self.ctx)
         with self.watch("evaluate"):
             return evaluation.evaluate(self.prepared(model), dataset, batch_size=batch_size, loss_fn=loss_fn,
-                                       metrics=metrics, collate_fn=collate_fn, shard=rank, num_shards=size,
-                                       device=self.device, all_reduce=self._all_reduce, loader_kwargs=loader_kwargs)
+                                       metrics=metrics, collate_fn=collate_fn, shard=self.data_parallel_rank,
+                                       num_shards=self.data_parallel_size, device=self.device,
+                                       all_reduce=self._all_reduce, reports=self.topology.reports_outputs,
+                                       loader_kwargs=loader_kwargs)
 
     # -- communication helpers ----------------------------------------------------------
     def watch(self, name: str):
@@ -333,13 +341,12 @@ class Run(RunCollectives):
     def describe(self) -> dict:
         """Facts about this run for summary.json. Every rank must call it: it gathers each
         process's memory of parameters, gradients and optimizer state."""
-        rank, size = self.strategy.data_parallel(self.ctx)
         facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
                  "world_size": self.world_size, "nnodes": self.nnodes,
                  "nproc_per_node": self.local_world_size, "launcher": self.env.launcher,
-                 "threads_per_process": self.threads, "data_parallel_size": size,
+                 "threads_per_process": self.threads, "data_parallel_size": self.data_parallel_size,
                  "pinned_cores": self.cores}
-        facts.update(self.strategy.describe(self.ctx))
+        facts.update(self.strategy.describe(self.topology))
         for prepared in self._prepared.values():
             facts.update(prepared.describe())
         return facts

@@ -9,7 +9,7 @@ from torch import nn
 from scaletrain.cli import main
 from scaletrain.errors import UsageError
 from scaletrain.strategies import get_strategy
-from scaletrain.strategies.splitting import balanced_cuts, plan_split
+from scaletrain.parallel.splitting import balanced_cuts, plan_split
 from scaletrain.workloads.models import cifar_cnn, digits_cnn
 from tests.helpers import scaletrain
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..strategies.splitting import balanced_cuts
+from ..parallel.splitting import balanced_cuts
 from .probe import Compute, Probe
 
 

@@ -133,4 +133,4 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
 
 def _rank_has_loss(run) -> bool:
     """Whether this process computes the loss itself (a pipeline's first stage does not)."""
-    return run.strategy.holds_outputs(run.ctx)
+    return run.topology.holds_outputs
