@@ -51,8 +51,10 @@ def module_plan(model: nn.Module) -> dict[str, str]:
     """{module path: style} for every module of the model that declares a `tp_plan`."""
     plan = {}
     for path, module in model.named_modules():
-        for child, style in (getattr(type(module), "tp_plan", None) or {}).items():
-            plan[f"{path}.{child}" if path else child] = style
+        declared = getattr(type(module), "tp_plan", None)
+        if isinstance(declared, dict):  # (Hugging Face models have a `tp_plan` property of their own)
+            for child, style in declared.items():
+                plan[f"{path}.{child}" if path else child] = style
     return plan
 
 
@@ -101,7 +103,7 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
     _hf_heads_check(model, tp)
     for path, module in model.named_modules():
         heads = getattr(module, "heads", None)
-        if getattr(type(module), "tp_plan", None) and isinstance(heads, int) and heads % tp:
+        if isinstance(getattr(type(module), "tp_plan", None), dict) and isinstance(heads, int) and heads % tp:
             raise UsageError(f"{arg('tp', tp)}: {path or 'the model'} has {heads} attention heads, which cannot be "
                              f"split {tp} ways; use a {arg('tp')} that divides {heads}")
     for key, style in plan.items():
