@@ -59,3 +59,11 @@ def name_list(text: str) -> tuple:
     if not names or any(not n for n in names):
         raise argparse.ArgumentTypeError(f"expected names separated by commas, e.g. conv2,fc1; got {text!r}")
     return names
+
+
+def factory_name(text: str) -> str:
+    """`module:function`, the name of a user's function (imported where it is used)."""
+    module, sep, function = str(text).partition(":")
+    if not sep or not module or not function:
+        raise argparse.ArgumentTypeError(f"expected module:function, e.g. mymodels:parallelize, got {text!r}")
+    return str(text)

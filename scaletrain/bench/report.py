@@ -65,7 +65,7 @@ def _percent_text(s: Optional[Spread]) -> str:
 
 
 def _speed_cells(row: dict) -> list[str]:
-    cells = [row["label"], f"{row['nproc']}×{row['threads_per_process']}", str(row["global_batch_size"]),
+    cells = [row["label"], f"{row['world_size']}×{row['threads_per_process']}", str(row["global_batch_size"]),
              with_interval(row["samples_per_s"], "{:,.0f}", "")]
     if row.get("reference"):
         cells += ["1 (reference)", ""]
@@ -121,7 +121,7 @@ def prediction_lines(rows: list[dict]) -> list[str]:
     lines = []
     for row in rows:
         predicted, measured = row.get("predicted_speedup"), row.get("speedup")
-        if row["nproc"] < 2 or predicted is None or measured is None:
+        if row["world_size"] < 2 or predicted is None or measured is None:
             continue
         comm = row.get("predicted_exposed_comm_s")
         lines.append(f"plan for {row['label']}: {predicted.median:.2f}× predicted ({interval_text(predicted) or 'one round'})"

@@ -63,12 +63,28 @@ def add_prediction_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes per machine (default: one per GPU, else one per CPU core)")
     p.add_argument("--overlap", type=float,
                    help="share (0-1) of compute that hides communication (default: 1 on GPUs, 0 on CPUs)")
-    p.add_argument("--microbatches", type=positive_int, default=4, help="pipeline micro-batches per step (default 4)")
     p.add_argument("--device-memory-gb", type=positive_float,
                    help="memory of one device (default: the GPU's, or this machine's RAM ÷ processes)")
+
+
+def add_layout_arguments(p: argparse.ArgumentParser) -> None:
+    """What shapes the configurations predicted, as the strategies' own flags name it (bench
+    takes every strategy flag instead: it runs them)."""
+    p.add_argument("--microbatches", type=positive_int,
+                   help="pipeline micro-batches per step (default: the strategy's, one per stage)")
     p.add_argument("--devices-per-process", type=positive_int,
                    help="devices a dp, mp or hybrid process drives (default: the GPUs visible; a CPU has one, "
                         "which mp cuts into 2 parts)")
+    for name, metavar, what in (("tp", "N", "tensor-parallel degree"), ("dp-replicate", "R", "data-parallel replicas"),
+                                ("dp-shard", "S", "data-parallel shards (FSDP)"), ("pp", "P", "pipeline stages")):
+        p.add_argument(f"--{name}", type=positive_int, metavar=metavar,
+                       help=f"{what} of the configurations predicted, for the strategies that take it (default: the "
+                            f"strategy's own)")
+
+
+def layout_options(args: argparse.Namespace) -> dict:
+    """The strategy options the flags of add_layout_arguments give (None: not given)."""
+    return {name: getattr(args, name, None) for name in ("microbatches", "tp", "dp_replicate", "dp_shard", "pp")}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,6 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated strategies to predict (default: {','.join(COST_MODELS)})")
     p.add_argument("--world-sizes", default="1,2,8,16,64", help="process counts to predict (default 1,2,8,16,64)")
     add_prediction_arguments(p)
+    add_layout_arguments(p)
     p.add_argument("--steps", type=positive_int, default=20,
                    help="measured steps per thread count at least (default 20)")
     p.add_argument("--warmup", type=positive_int, default=3, help="steps left out first (default 3)")
@@ -99,7 +116,8 @@ def options_from_args(args: argparse.Namespace, device_type: str):
     if args.overlap is not None and not 0 <= args.overlap <= 1:
         raise UsageError(f"--overlap {args.overlap}: must be between 0 and 1")
     return default_options(device_type, args.nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
-                           args.microbatches, args.device_memory_gb, args.devices_per_process)
+                           getattr(args, "microbatches", None), args.device_memory_gb,
+                           getattr(args, "devices_per_process", None))
 
 
 def workload_from_args(args: argparse.Namespace):
@@ -132,7 +150,7 @@ def probe_spec(args: argparse.Namespace, workload: str) -> dict:
     return {"workload": workload, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
             "seed": args.seed, "device": None if args.device == "auto" else args.device,
             "backend": None if args.backend == "auto" else args.backend, "steps": args.steps,
-            "warmup": args.warmup, "min_seconds": args.min_seconds, "microbatches": args.microbatches}
+            "warmup": args.warmup, "min_seconds": args.min_seconds, "microbatches": getattr(args, "microbatches", None)}
 
 
 def be_a_probe_rank(args: argparse.Namespace) -> int:
@@ -165,7 +183,7 @@ def plan_here(args: argparse.Namespace) -> int:
     from ..plan.predict import predict_all
     from ..plan.probe import load_comm_json
     from ..plan.report import print_plan
-    from ..plan.summary import expected_error, median_predictions, median_probe, step_spreads
+    from ..plan.summary import expected_error, key, median_predictions, median_probe, step_spreads
     from ..plan.verdict import error_line, verdicts
 
     device = None if args.device == "auto" else args.device
@@ -184,12 +202,13 @@ def plan_here(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="scaletrain-plan-") as tmp:
         probes = [probes_plan.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1)
                   for i in range(args.probe_rounds)]
-    predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options) for p in probes])
+    shapes = layout_options(args)
+    predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options, shapes) for p in probes])
     probe = median_probe(probes)
     conclusions = verdicts(predictions, options.device_memory_bytes) + \
         [error_line(expected_error(spreads), len(probes))]
     document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "options": options.__dict__,
-                "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get((p.strategy, p.world_size)))}
+                "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p)))}
                                 for p in predictions],
                 "expected_error": expected_error(spreads), "conclusions": conclusions}
     if args.out is not None:

@@ -19,7 +19,7 @@ from .. import netif
 from ..backends import choose_backend
 from ..devices import choose_device, cpu_cores
 from ..environment import detect
-from ..strategies import REGISTRY, get_strategy, strategy_names
+from ..strategies import REGISTRY, get_strategy, implied_strategy, strategy_names
 from ..track import check_trackers
 from ..train.config import TrainConfig
 from ..train.finite import TrainingDiverged
@@ -45,14 +45,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"take the settings from a YAML or TOML file whose keys are these flags' long names with _ "
                         f"for - (batch_size: 64); flags given here override it. Every run writes its own as "
                         f"OUT/{CONFIG_FILE}: --config runs/X/{CONFIG_FILE} repeats run X")
-    p.add_argument("--strategy", default="ddp", choices=strategy_names(), metavar="NAME",
-                   help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}")
+    p.add_argument("--strategy", choices=strategy_names(), metavar="NAME",
+                   help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}. "
+                        f"Default: ddp, or what the degrees given imply (--pp: pipeline; --dp-shard or --dp-replicate: "
+                        f"fsdp; --tp: tp)")
     p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
                    help="built-in workload: " + "; ".join(f"{w.name}: {w.description}" for w in BUILTIN.values()))
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
     p.add_argument("--dataset", metavar="MODULE:FUNCTION",
                    help="your dataset factory, returning a Dataset (split by --seed) or a (train, held_out) pair")
-    p.add_argument("--epochs", type=positive_int, help="passes over the training data (default: the workload's)")
+    p.add_argument("--epochs", type=positive_int,
+                   help="passes over the training data (default: the workload's; with --max-steps, as many as it takes)")
+    p.add_argument("--max-steps", type=positive_int, metavar="N",
+                   help="stop after N optimizer steps, with the final evaluation and checkpoint as at an epoch's end")
     p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
     p.add_argument("--eval-batch-size", type=positive_int, default=256, help="samples per process per evaluation step")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: the workload's)")
@@ -99,12 +104,15 @@ def build_parser() -> OneLineParser:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    options = strategy_options_from_args(args)
+    args.strategy = args.strategy or implied_strategy(options)  # recorded as resolved
     config = TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
-                         epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
+                         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+                         eval_batch_size=args.eval_batch_size,
                          lr=args.lr, task=None if args.task == "auto" else args.task,
                          clip_grad_norm=args.clip_grad_norm, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
                          device=None if args.device == "auto" else args.device, threads=args.threads,
-                         strategy_options=strategy_options_from_args(args), **fault_config(args),
+                         strategy_options=options, **fault_config(args),
                          **track_config(args))
     return apply_perf_options(args, config)
 
@@ -146,7 +154,8 @@ def resolve_workload_defaults(config: TrainConfig, args: argparse.Namespace) -> 
     """Epochs and learning rate left to the workload become explicit, in both (so the
     recorded configuration says what ran)."""
     workload = get_workload(config.workload, config.model, config.dataset)
-    config.epochs = args.epochs = config.epochs or workload.epochs
+    if config.max_steps is None:  # with --max-steps alone the ranks take the epochs it needs
+        config.epochs = args.epochs = config.epochs or workload.epochs
     config.lr = args.lr = config.lr if config.lr is not None else workload.lr
 
 
@@ -288,7 +297,7 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
             # rank 0 writes the run's own record, and owns the folder unless the command that
             # started this node's ranks does.
             if not started_by_command and args.resume == "auto":
-                check_continuable(out, config.epochs)
+                check_continuable(out, config.epochs, config.max_steps)
             if env.rank == 0:
                 if not started_by_command:
                     held.enter_context(hold_out(out, may_hold_files=True))

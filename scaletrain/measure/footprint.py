@@ -5,6 +5,7 @@ every device and needs no allocator statistics."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -21,15 +22,21 @@ class Footprint:
     activation_bytes_per_sample: float
     """Bytes the forward saves for backward, per sample of the batch."""
     largest_block_param_bytes: int
-    """Parameters of the largest top-level block: what a sharded strategy gathers at once."""
+    """Parameters of the largest unit: what a sharded strategy gathers at once."""
     block_param_bytes: tuple
-    """Parameter bytes of each top-level block in order (for splitting into pipeline stages)."""
+    """Parameter bytes of each unit in order (for splitting into pipeline stages)."""
     grad_tensor_bytes: tuple = ()
     """Bytes of each trainable parameter's gradient, in the order backward produces them
     (the reverse of registration): how DDP fills its communication buckets."""
     boundary_bytes_per_sample: float = 0.0
-    """The largest output of a top-level block but the last, per sample: what a pipeline
-    stage sends to the next one."""
+    """The largest output of a unit but the last, per sample: what a pipeline stage sends to
+    the next one."""
+    block_tp_param_bytes: tuple = ()
+    """Parameter bytes of each unit that tensor parallel splits (empty: the model has no
+    tensor-parallel plan)."""
+    block_tp_reduce_bytes_per_sample: tuple = ()
+    """Per unit, the bytes per sample tensor parallel all-reduces in one forward: the outputs
+    of its row-wise layers (backward all-reduces as many, at the column-wise layers' inputs)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -61,30 +68,84 @@ def activation_bytes(model: nn.Module, inputs: torch.Tensor, targets: torch.Tens
     return sum(size for key, size in saved.items() if key not in params)
 
 
+def model_units(model: nn.Module) -> tuple[list[Callable], list[list[nn.Module]]]:
+    """(each unit's forward, each unit's modules): the consecutive units pipeline stages are
+    cut from (an nn.Sequential's blocks, a Llama-style decoder's embeddings, layers and head);
+    for other models the top-level children, or the model as one unit."""
+    from ..parallel.stage_units import has_units, units_of
+
+    if has_units(model):
+        units = units_of(model, "the plan")
+        return [u.run for u in units], [list(u.modules.values()) for u in units]
+    children = list(model.children()) or [model]
+    return children, [[c] for c in children]
+
+
+def _unique_parameters(modules: list[nn.Module]) -> list[torch.Tensor]:
+    seen, found = set(), []
+    for module in modules:
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                found.append(p)
+    return found
+
+
 def boundary_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
-    """Largest output of a top-level block other than the last, for one forward of `inputs`."""
-    children = list(model.children())
+    """Largest output of a unit other than the last, for one forward of `inputs` (what a
+    pipeline stage sends to the next)."""
+    runs, _ = model_units(model)
     sizes: list[int] = []
-    hooks = [c.register_forward_hook(lambda _m, _i, out: sizes.append(
-        out.numel() * out.element_size() if isinstance(out, torch.Tensor) else 0)) for c in children[:-1]]
+    with torch.no_grad():
+        x = inputs
+        for run in runs[:-1]:
+            x = run(x)
+            sizes.append(x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0)
+    return max(sizes, default=0)
+
+
+def block_bytes(model: nn.Module) -> list[int]:
+    _, modules = model_units(model)
+    return [tensor_bytes(_unique_parameters(unit)) for unit in modules]
+
+
+def tensor_parallel_bytes(model: nn.Module, inputs: torch.Tensor) -> tuple[tuple, tuple]:
+    """(each unit's parameter bytes that tensor parallel splits, each unit's row-wise outputs
+    in bytes per sample), from the model's own tensor-parallel plan; empty without one."""
+    import fnmatch
+
+    from ..parallel.tensor_parallel import declared_plan
+
+    rules = declared_plan(model)
+    if not rules:
+        return (), ()
+    styled = {module: style for path, module in model.named_modules() for key, style in rules.items()
+              if fnmatch.fnmatchcase(path, key)}
+    outputs: dict[int, int] = {}
+    hooks = [m.register_forward_hook(lambda mod, _i, out: outputs.__setitem__(
+                 id(mod), outputs.get(id(mod), 0) + out.numel() * out.element_size()))
+             for m, style in styled.items() if style.startswith("rowwise")]
     try:
         with torch.no_grad():
             model(inputs)
     finally:
         for hook in hooks:
             hook.remove()
-    return max(sizes, default=0)
-
-
-def block_bytes(model: nn.Module) -> list[int]:
-    children = list(model.children()) or [model]
-    return [tensor_bytes(c.parameters()) for c in children]
+    _, units = model_units(model)
+    params, reduces = [], []
+    for unit in units:
+        inside = {id(m) for top in unit for m in top.modules()}
+        split = [m for m in styled if id(m) in inside]
+        params.append(tensor_bytes(_unique_parameters(split)))
+        reduces.append(sum(outputs.get(id(m), 0) for m in split) / max(1, len(inputs)))
+    return tuple(params), tuple(reduces)
 
 
 def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs, targets, loss_fn) -> Footprint:
     """Call after at least one optimizer step, so that the optimizer's state exists."""
     blocks = block_bytes(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
+    tp_params, tp_reduces = tensor_parallel_bytes(model, inputs)
     return Footprint(
         param_bytes=tensor_bytes(model.parameters()),
         grad_bytes=tensor_bytes(trainable),
@@ -94,4 +155,6 @@ def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs
         block_param_bytes=tuple(blocks),
         grad_tensor_bytes=tuple(tensor_bytes([p]) for p in reversed(trainable)),
         boundary_bytes_per_sample=boundary_bytes(model, inputs) / max(1, len(targets)),
+        block_tp_param_bytes=tp_params,
+        block_tp_reduce_bytes_per_sample=tp_reduces,
     )

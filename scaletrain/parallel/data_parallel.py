@@ -16,6 +16,7 @@ compilation): DistributedDataParallel, or FSDP2 over the mesh's data-parallel di
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 from torch import nn
@@ -72,6 +73,11 @@ def _apply_ddp(part: ModelPart, plan: ParallelPlan) -> None:
 
 def _apply_fsdp(part: ModelPart, plan: ParallelPlan) -> None:
     from torch.distributed.fsdp import fully_shard
+
+    # torch warns, once per module and process, that a block returning a view (what any
+    # Linear on a batch of sequences returns) must not be changed in place afterwards; the
+    # training step never does, and N processes printing it twice each bury the output.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
     topology = plan.topology
     dims = topology.dims

@@ -129,6 +129,10 @@ class TensorParallel:
         mesh = plan.topology.submesh("tp")
         hook = plan.option("parallelize")
         module = part.module
+        if isinstance(hook, str):
+            from ..user_code import load_factory
+
+            hook = load_factory(hook, "--parallelize")
         if hook is not None:
             hook(module, mesh)
             source = "your parallelize function"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from . import formulas as f
+from .layout import Layout
 from .probe import Probe
 from .scenario import Options, Scenario, compute_at, one_process_threads
 from .stages import stage_costs, stage_groups
@@ -59,35 +60,6 @@ def _single(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
             "memory": _replicated_memory(probe)}
 
 
-def _ddp(probe: Probe, s: Scenario, o: Options) -> dict:
-    """Where the probe ran real DDP steps (this machine's process count), the exposed
-    communication is theirs: the all-reduce timed alone misses the ranks waiting for each
-    other, which decides a step of a few milliseconds. Elsewhere, the α/β model."""
-    c = compute_at(probe, s.threads, s.oversubscription)
-    comm = ddp_comm(probe, s)
-    modelled = f.exposed_seconds(comm, BACKWARD_SHARE * c.fb_s, o.overlap)
-    measured = measured_ddp_exposed(probe, s)
-    cost = {"compute": c.step_s, "comm": comm, "exposed": modelled if measured is None else measured,
-            "batch": probe.batch_size * s.world_size, "memory": _replicated_memory(probe)}
-    if measured is not None:
-        # No figures: a prediction's note is one round's, its figures the rounds' medians.
-        cost["note"] = "communication as measured in the probe's DDP steps, not modelled from the all-reduce alone"
-    return cost
-
-
-def _fsdp(probe: Probe, s: Scenario, o: Options) -> dict:
-    fp = probe.footprint
-    c = compute_at(probe, s.threads, s.oversubscription)
-    units = max(1, len(fp.block_param_bytes))
-    comm = f.fsdp_comm_seconds(fp.param_bytes, fp.grad_bytes, s.world_size, units,
-                               s.busbw(fp.largest_block_param_bytes), s.alpha_s)
-    memory = f.memory_sharded(fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes, _activations(probe), s.world_size,
-                              fp.largest_block_param_bytes)
-    # Prefetching the next unit's parameters hides gathers behind forward and backward alike.
-    return {"compute": c.step_s, "comm": comm, "exposed": f.exposed_seconds(comm, c.fb_s, o.overlap),
-            "batch": probe.batch_size * s.world_size, "memory": memory}
-
-
 def _staged(probe: Probe, s: Scenario, stages: int, microbatches: int, threads: int, oversubscription: float,
             transfer: float, one_process: bool = False) -> Optional[dict]:
     """A step of `stages` consecutive stages (pipeline processes, or mp's parts on their
@@ -113,11 +85,6 @@ def _activation_transfers(probe: Probe, s: Scenario, stages: int, microbatches: 
         return 0.0
     size = probe.footprint.boundary_bytes_per_sample * probe.batch_size / microbatches
     return 2 * (microbatches + stages - 2) * (size / s.busbw(size) + s.alpha_s)
-
-
-def _pipeline(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
-    p, m = s.world_size, o.microbatches
-    return _staged(probe, s, p, m, s.threads, s.oversubscription, _activation_transfers(probe, s, p, m))
 
 
 def _mp_part(probe: Probe, s: Scenario, o: Options, threads: int) -> Optional[dict]:
@@ -172,7 +139,133 @@ def _dp(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
             "batch": probe.batch_size, "memory": memory, "note": f"{k} devices, a replica on each"}
 
 
-#: The cost model of each strategy; strategies without one get no prediction.
-COST_MODELS: dict[str, Callable[[Probe, Scenario, Options], Optional[dict]]] = {
-    "single": _single, "dp": _dp, "mp": _mp, "ddp": _ddp, "hybrid": _hybrid, "pipeline": _pipeline, "fsdp": _fsdp,
+def _tp_share(fp, tp: int, units: Optional[list[int]] = None) -> float:
+    """The share of the (stage's) parameters — and, roughly, of its arithmetic — a process holds
+    under tensor parallel: what the plan splits, 1/tp of it, and the rest whole."""
+    blocks = range(len(fp.block_param_bytes)) if units is None else units
+    total = sum(fp.block_param_bytes[i] for i in blocks) or 1
+    if tp == 1 or not fp.block_tp_param_bytes:
+        return 1.0
+    split = sum(fp.block_tp_param_bytes[i] for i in blocks)
+    return (total - split + split / tp) / total
+
+
+def _tp_comm(probe: Probe, s: Scenario, layout: Layout, units: list[int], samples: float, times: int) -> float:
+    """Tensor parallel's all-reduces: each row-wise layer's output in forward, as many input
+    gradients in backward, `times` times (once per micro-batch) for `samples` samples each."""
+    tp = layout.dims.tp
+    if tp == 1:
+        return 0.0
+    group = s.group(tp)
+    per_sample = [probe.footprint.block_tp_reduce_bytes_per_sample[i] for i in units]
+    return times * sum(2 * f.ring_all_reduce_seconds(b * samples, tp, group.busbw(b * samples), group.alpha_s)
+                       for b in per_sample if b)
+
+
+def _data_parallel_comm(probe: Probe, s: Scenario, layout: Layout, held_bytes: float, grad_tensors: list[float],
+                        units: int, largest_unit: float) -> float:
+    """The data-parallel dimensions' communication for this process's share of the model:
+    DDP's buckets over dp_replicate; FSDP's gathers and reduce-scatters over dp_shard, and
+    (HSDP) the shards' all-reduce over dp_replicate."""
+    dims = layout.dims
+    fp = probe.footprint
+    if layout.data_parallel == "ddp":
+        group = s.group(dims.world_size // dims.pp)
+        return sum(f.ring_all_reduce_seconds(b, dims.dp_replicate, group.busbw(b), group.alpha_s)
+                   for b in f.ddp_buckets(grad_tensors))
+    if layout.data_parallel != "fsdp":
+        return 0.0
+    grad_bytes = held_bytes * fp.grad_bytes / max(1, fp.param_bytes)
+    shard = s.group(dims.dp_shard * dims.tp)
+    comm = f.fsdp_comm_seconds(held_bytes, grad_bytes, dims.dp_shard, units, shard.busbw(largest_unit), shard.alpha_s)
+    if dims.dp_replicate > 1:
+        replicas = s.group(dims.world_size // dims.pp)
+        piece = grad_bytes / dims.dp_shard
+        comm += f.ring_all_reduce_seconds(piece, dims.dp_replicate, replicas.busbw(piece), replicas.alpha_s)
+    return comm
+
+
+def _mesh(probe: Probe, s: Scenario, o: Options, layout: Layout) -> Optional[dict]:
+    """Any layout of the mesh (ddp, fsdp, tp, pipeline and their compositions), one dimension
+    at a time: the pipeline's stages and bubble set the compute (each stage's measured
+    blocks); tensor parallel shrinks each process's share of it and adds two all-reduces per
+    row-wise layer; the data-parallel dimensions add DDP's buckets or FSDP's gathers and
+    reduce-scatters for the share each process holds. Where the probe ran real DDP steps on
+    this machine's process count, plain DDP's exposed communication is theirs: the
+    all-reduce timed alone misses the ranks waiting for each other, which decides a step of a
+    few milliseconds."""
+    fp = probe.footprint
+    dims = layout.dims
+    if dims.tp > 1 and not fp.block_tp_param_bytes:
+        return None  # the model has no tensor-parallel plan: this layout cannot run
+    c = compute_at(probe, s.threads, s.oversubscription)
+    per_process = probe.batch_size  # every layout keeps the batch per process
+    blocks = list(range(len(fp.block_param_bytes)))
+    groups = stage_groups(probe.block_params or tuple(fp.block_param_bytes), dims.pp) if layout.pipelined else [blocks]
+    if groups is None:
+        return None  # more stages than the model has blocks
+    # The heaviest stage sets the pace and the memory; under tensor parallel a process holds its share of it.
+    stage = max(groups, key=lambda g: sum(fp.block_param_bytes[i] for i in g))
+    stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
+    tp_share = _tp_share(fp, dims.tp, stage)
+    held = fp.param_bytes * stage_fraction * tp_share
+    state_share = stage_fraction * tp_share / (dims.dp_shard if layout.data_parallel == "fsdp" else 1)
+    note = ""
+    if layout.pipelined:
+        m = layout.microbatches
+        costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks])
+        compute = c.data_s + costs.busy_seconds(m) - max(costs.optimizer_s) + c.optimizer_s * state_share
+        transfer = _activation_transfers(probe, s, dims.pp, m)
+        tp_comm = _tp_comm(probe, s, layout, stage, per_process / m, m)
+        note = f"{costs.describe()}; bubble {f.pipeline_bubble(dims.pp, m):.0%} of an even split"
+    else:
+        compute = c.data_s + c.fb_s * tp_share + c.optimizer_s * state_share
+        transfer = 0.0
+        tp_comm = _tp_comm(probe, s, layout, stage, per_process, 1)
+    grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
+    largest = max(fp.block_param_bytes[i] for i in stage) * tp_share
+    dp_comm = _data_parallel_comm(probe, s, layout, held, grads, len(stage), largest)
+    # DDP hides its buckets behind the part of backward after them; FSDP's prefetches hide
+    # behind forward and backward alike; tensor parallel's all-reduces and the pipeline's
+    # transfers are on the critical path.
+    hideable = (BACKWARD_SHARE if layout.data_parallel == "ddp" else 1.0) * c.fb_s * tp_share
+    exposed = f.exposed_seconds(dp_comm, hideable, o.overlap) + tp_comm + transfer
+    cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer, "exposed": exposed,
+            "batch": per_process * dims.dp_size, "memory": _mesh_memory(probe, layout, stage_fraction * tp_share, largest)}
+    if layout.data_parallel == "ddp" and dims.enabled() in ((), ("dp_replicate",)):
+        measured = measured_ddp_exposed(probe, s)
+        if measured is not None:
+            cost["exposed"] = measured
+            # No figures: a prediction's note is one round's, its figures the rounds' medians.
+            note = "communication as measured in the probe's DDP steps, not modelled from the all-reduce alone"
+    if note:
+        cost["note"] = note
+    return cost
+
+
+def _mesh_memory(probe: Probe, layout: Layout, share: float, largest_unit: float) -> float:
+    """A process's parameters, gradients and optimizer state (its stage, its tensor-parallel
+    share, 1/dp_shard of it under FSDP with one unit gathered whole), and its activations (a
+    pipeline keeps those of the micro-batches in flight)."""
+    fp = probe.footprint
+    dims = layout.dims
+    states = share * (fp.param_bytes + fp.grad_bytes + fp.optimizer_bytes)
+    activations = _activations(probe)
+    if layout.pipelined:
+        in_flight = min(dims.pp, layout.microbatches) / layout.microbatches
+        activations = activations / dims.pp * in_flight
+    if layout.data_parallel == "fsdp":
+        return states / dims.dp_shard + 2 * largest_unit + activations
+    return states + activations
+
+
+def _classic(model: Callable[[Probe, Scenario, Options], Optional[dict]]):
+    return lambda probe, s, o, layout: model(probe, s, o)
+
+
+#: The cost model of each strategy: the classic one-process ones of their own, every layout of
+#: the mesh by its dimensions; strategies without one get no prediction.
+COST_MODELS: dict[str, Callable[[Probe, Scenario, Options, Layout], Optional[dict]]] = {
+    "single": _classic(_single), "dp": _classic(_dp), "mp": _classic(_mp), "ddp": _mesh,
+    "hybrid": _classic(_hybrid), "pipeline": _mesh, "fsdp": _mesh, "tp": _mesh,
 }

@@ -23,7 +23,7 @@ PROBE_FILE = "probe.json"
 
 
 def default_options(device_type: str, procs_per_node: Optional[int] = None, link_gbps: float = 10.0,
-                    link_latency_us: float = 20.0, overlap: Optional[float] = None, microbatches: int = 4,
+                    link_latency_us: float = 20.0, overlap: Optional[float] = None, microbatches: Optional[int] = None,
                     device_memory_gb: Optional[float] = None, devices_per_process: Optional[int] = None) -> Options:
     cores = cores_here()
     if procs_per_node is None:
@@ -67,7 +67,7 @@ class ProbePlan:
         s = self.spec
         argv = ["plan", "--workload", s["workload"], "--batch-size", str(s["batch_size"]), "--seed", str(s["seed"]),
                 "--steps", str(s["steps"]), "--warmup", str(s["warmup"]), "--min-seconds", str(s["min_seconds"]),
-                "--microbatches", str(s["microbatches"]),
+                *(["--microbatches", str(s["microbatches"])] if s.get("microbatches") else []),
                 "--threads", str(threads), "--out", str(out)]
         for flag in ("model", "dataset", "device", "backend"):
             if s.get(flag):

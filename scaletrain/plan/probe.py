@@ -96,8 +96,8 @@ class Probe:
 
 
 def footprint_from_dict(fp: dict) -> Footprint:
-    return Footprint(**{**fp, "block_param_bytes": tuple(fp["block_param_bytes"]),
-                        "grad_tensor_bytes": tuple(fp["grad_tensor_bytes"])})
+    lists = ("block_param_bytes", "grad_tensor_bytes", "block_tp_param_bytes", "block_tp_reduce_bytes_per_sample")
+    return Footprint(**{**fp, **{k: tuple(fp[k]) for k in lists if k in fp}})
 
 
 def probe_from_dict(doc: dict) -> Probe:

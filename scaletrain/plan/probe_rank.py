@@ -155,16 +155,17 @@ def measure_probe_round(spec: dict) -> dict:
 
 
 def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
-    """Bytes of the model and the time of each block, in this (one-process) job."""
-    from ..measure.footprint import measure_footprint
+    """Bytes of the model and the time of each of its units (what pipeline stages are cut
+    from), in this (one-process) job."""
+    from ..measure.footprint import measure_footprint, model_units
     from .block_times import block_seconds
 
     inputs, targets = next(batches)
     footprint = measure_footprint(module, optimizer, inputs, targets, loss_fn)
-    micro = max(1, len(targets) // spec["microbatches"])
+    micro = max(1, len(targets) // (spec.get("microbatches") or 2))
+    runs, units = model_units(module)
     return {"footprint": footprint.as_dict(),
-            "block_s": block_seconds(module, inputs, targets, loss_fn),
-            "block_micro_s": block_seconds(module, inputs[:micro], targets[:micro], loss_fn),
+            "block_s": block_seconds(module, runs, inputs, targets, loss_fn),
+            "block_micro_s": block_seconds(module, runs, inputs[:micro], targets[:micro], loss_fn),
             "microbatch_size": micro,
-            "block_params": [sum(p.numel() for p in block.parameters()) for block in module.children()] or
-            [sum(p.numel() for p in module.parameters())]}
+            "block_params": [sum(p.numel() for m in unit for p in m.parameters()) for unit in units]}

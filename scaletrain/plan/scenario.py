@@ -12,7 +12,7 @@ the ring runs at the slower of the measured bus bandwidth and the network link.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from .probe import Compute, Link, Probe
@@ -31,6 +31,14 @@ class Scenario:
     oversubscription: float = 1.0
     """More processes than cores on a CPU machine: each gets this share less of a core."""
 
+    def group(self, span: int) -> "Scenario":
+        """The links of a group of `span` consecutive ranks (a mesh dimension with those inside
+        it): this machine's measured all-reduce when they fit on one machine, the network's too
+        when they do not."""
+        if self.nodes == 1 or span <= self.procs_per_node:
+            return replace(self, nodes=1, network_busbw=None, alpha_s=self.link.alpha_s if self.link else 0.0)
+        return self
+
     def busbw(self, nbytes: float) -> float:
         """The ring's bus bandwidth for messages of `nbytes`."""
         measured = self.link.busbw_for(nbytes) if self.link else math.inf
@@ -44,7 +52,8 @@ class Options:
     link_gbps: float
     link_latency_s: float
     overlap: float
-    microbatches: int
+    microbatches: Optional[int]
+    """A pipeline's micro-batches where the configuration does not say (None: the strategy's default)."""
     device_memory_bytes: float
     devices_per_process: Optional[int] = None
     """Devices a dp, mp or hybrid process drives (None: the GPUs visible, or the CPU's one)."""

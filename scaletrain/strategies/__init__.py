@@ -46,5 +46,17 @@ def get_strategy(name: str | Strategy, **options: Any) -> Strategy:
     return REGISTRY[name](**options)
 
 
-__all__ = ["REGISTRY", "Strategy", "Prepared", "CommonOptions", "MeshOptions", "get_strategy", "strategy_names",
+def implied_strategy(options: dict[str, Any]) -> str:
+    """The strategy a command line means when it gives degrees but no strategy: pipeline
+    with --pp, fsdp with --dp-shard or --dp-replicate, tp with --tp alone; else ddp."""
+    if options.get("pp") is not None or options.get("pipeline_stages") is not None:
+        return "pipeline"
+    if options.get("dp_shard") is not None or options.get("dp_replicate") is not None:
+        return "fsdp"
+    if options.get("tp") is not None:
+        return "tp"
+    return "ddp"
+
+
+__all__ = ["REGISTRY", "implied_strategy", "Strategy", "Prepared", "CommonOptions", "MeshOptions", "get_strategy", "strategy_names",
            "register"]

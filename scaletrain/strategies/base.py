@@ -15,8 +15,9 @@ switches on a strategy's name.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import nn
@@ -27,7 +28,7 @@ from ..options import build, check_choice, check_count, declared, option
 from ..parallel import ParallelPlan, Prepared, Topology, parallelize
 from ..parallel.dims import MESH_DIMS, ParallelDims, resolve_dims
 from ..precision import PRECISIONS
-from ..values import positive_int
+from ..values import factory_name, positive_int
 
 #: Degree options, as the strategies that take them name them.
 DEGREES = ("pp", "dp_replicate", "dp_shard", "tp")
@@ -50,8 +51,8 @@ class CommonOptions:
         check_count("grad_accum", self.grad_accum, 1, "a whole number of micro-steps")
 
 
-TP_HELP = ("tensor-parallel degree: each layer's matrices split N ways (the model's own plan: stdlib-gpt, Hugging "
-           "Face models that declare one; or parallelize=)")
+TP_HELP = ("tensor-parallel degree: each layer's matrices split N ways, by the model's own plan (stdlib-gpt; "
+           "Hugging Face models that declare one, such as Llama) or by --parallelize")
 DP_REPLICATE_HELP = "data-parallel replicas, each holding the whole model (or, with dp_shard, a group of shards)"
 DP_SHARD_HELP = "data-parallel shards: each process holds 1/S of parameters, gradients and optimizer state"
 
@@ -64,9 +65,10 @@ class MeshOptions(CommonOptions):
     tp: Optional[int] = option(None, TP_HELP, metavar="N", parse=positive_int)
     dp_replicate: Optional[int] = option(None, DP_REPLICATE_HELP, metavar="R", parse=positive_int)
     dp_shard: Optional[int] = option(None, DP_SHARD_HELP, metavar="S", parse=positive_int)
-    parallelize: Optional[Callable] = option(
-        None, "your tensor-parallel plan: fn(model, tp_mesh) applying torch.distributed.tensor.parallel itself",
-        command_line=False)
+    parallelize: Optional[Any] = option(
+        None, "your tensor-parallel plan, for a model without one: a function fn(model, tp_mesh) that applies "
+              "torch.distributed.tensor.parallel.parallelize_module itself (library: the function; command line: "
+              "its MODULE:FUNCTION)", metavar="MODULE:FUNCTION", parse=factory_name)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,7 +76,10 @@ class MeshOptions(CommonOptions):
             if getattr(self, name) is not None:
                 check_count(name, getattr(self, name), 1, "a whole number of processes")
         if self.parallelize is not None and not callable(self.parallelize):
-            raise UsageError(f"{arg('parallelize')}: give a function fn(model, tp_mesh)")
+            try:  # a module:function name, imported where it is used
+                factory_name(self.parallelize)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"{arg('parallelize')}: give a function fn(model, tp_mesh), or its name: {exc}") from None
 
 
 class Strategy:

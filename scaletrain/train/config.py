@@ -19,7 +19,9 @@ class TrainConfig:
     dataset: Optional[str] = None
     """The user's dataset factory, `module:function`, replacing the workload's data."""
     epochs: Optional[int] = None
-    """Passes over the training data; None: the workload's default."""
+    """Passes over the training data; None: the workload's default (with `max_steps`: as many as it takes)."""
+    max_steps: Optional[int] = None
+    """Stop after this many optimizer steps (the final evaluation and checkpoint as at an epoch's end)."""
     batch_size: int = 32
     """Samples per process per step; the global batch is this × data-parallel size."""
     eval_batch_size: int = 256

@@ -3,6 +3,7 @@ exactly as a user's own loop would be."""
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 from ..version import __version__
 from ..api import init
 from ..batches import batch_size_of
+from ..errors import UsageError, arg
 from ..startup import command_age
 from ..workloads import get_workload
 from ..workloads.tasks import derive, get_task
@@ -29,7 +31,6 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     showed its notes, so they are not shown again."""
     started = time.perf_counter()
     workload = get_workload(config.workload, config.model, config.dataset)
-    epochs = config.epochs or workload.epochs
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
@@ -40,6 +41,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
         optimizer = adam(model.parameters(), lr=lr)
         model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
+        epochs, last_step = training_length(config, workload.epochs, len(loader), run.strategy.grad_accum)
         reporter = Reporter(run.is_main, out, run.trackers)
         global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
@@ -61,17 +63,26 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
         def wall() -> float:  # the run's time so far, across resumes
             return reporter.wall_offset + time.perf_counter() - started
 
-        recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, epochs * len(loader),
+        recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, last_step,
                                 run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
         train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
+        if run.steps_taken >= last_step:
+            done = run.steps_taken // run.strategy.grad_accum
+            raise UsageError(f"the checkpoint resumed is at optimizer step {done}, where this run would stop; give "
+                             f"{arg('max_steps', done + 1)} or more (or more {arg('epochs')}) to train it further")
         for epoch in range(start["epoch"], epochs + 1):
+            if run.steps_taken >= last_step:  # --max-steps reached
+                break
             loss_sum = torch.full((), start["loss_sum"], device=run.device)
             steps, samples = start["steps"], start["samples"]
             recorder.begin_epoch(start["loss_sum"], steps, samples)
             start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
             epoch_start = time.perf_counter()
-            with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
+            in_epoch = min(len(loader), last_step - (epoch - 1) * len(loader))
+            with reporter.progress(in_epoch, f"epoch {epoch}/{epochs}") as advance:
                 for batch in loader:
+                    if run.steps_taken >= last_step:
+                        break
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
                     loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
                                           max_grad_norm=config.clip_grad_norm)
@@ -109,6 +120,8 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
             **run.describe(),
             "workload": workload.name,
             "epochs": epochs,
+            "optimizer_steps": run.steps_taken // run.strategy.grad_accum,
+            "max_steps": config.max_steps,
             "batch_size_per_process": config.batch_size,
             "global_batch_size": global_batch,
             "lr": lr,
@@ -129,6 +142,19 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
         }
         reporter.finish(summary)
         return summary
+
+
+def training_length(config: TrainConfig, default_epochs: int, steps_per_epoch: int, grad_accum: int) -> tuple[int, int]:
+    """(epochs, training steps in all): --epochs (or the workload's), cut short by --max-steps
+    optimizer steps of `grad_accum` micro-steps each; --max-steps alone takes as many epochs
+    as it needs."""
+    if config.max_steps is None:
+        epochs = config.epochs or default_epochs
+        return epochs, epochs * steps_per_epoch
+    steps = config.max_steps * grad_accum
+    needed = max(1, math.ceil(steps / max(1, steps_per_epoch)))
+    epochs = min(config.epochs, needed) if config.epochs else needed
+    return epochs, min(steps, epochs * steps_per_epoch)
 
 
 def _rank_has_loss(run) -> bool:
