@@ -219,7 +219,9 @@ def _mesh(probe: Probe, s: Scenario, o: Options, layout: Layout) -> Optional[dic
         tp_comm = _tp_comm(probe, s, layout, stage, per_process / m, m)
         note = f"{costs.describe()}; bubble {f.pipeline_bubble(dims.pp, m):.0%} of an even split"
     else:
-        compute = c.data_s + c.fb_s * tp_share + c.optimizer_s * state_share
+        # The measured step, less the shares of forward + backward and of the optimizer step
+        # that other processes take (the whole step when they take none).
+        compute = c.step_s - c.fb_s * (1 - tp_share) - c.optimizer_s * (1 - state_share)
         transfer = 0.0
         tp_comm = _tp_comm(probe, s, layout, stage, per_process, 1)
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
