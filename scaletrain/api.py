@@ -131,7 +131,7 @@ class Run(RunCollectives):
                              "model (model, optimizer = run.setup(model, optimizer)), or its gradients are not "
                              "synchronised")
         plain = ModelPart(module=model, model=model)
-        found = self._prepared[id(model)] = Prepared(self.strategy.plan(self.topology), plain, None)
+        found = self._prepared[id(model)] = Prepared(self.strategy.configuration(self.topology), plain, None)
         return found
 
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,

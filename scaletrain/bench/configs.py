@@ -4,7 +4,7 @@ and, for accuracy runs on several processes, each learning-rate rule."""
 
 from __future__ import annotations
 
-from ..plan.layout import layout, options_for
+from ..plan.configuration import configuration, options_for
 from ..strategies import REGISTRY
 from .spec import RunSpec
 
@@ -27,7 +27,7 @@ def bench_configs(strategies: list[str], world_sizes: list[int], lr_rules: list[
                 continue
             if name == "single" and n == 1:
                 continue  # the same run as the baseline
-            shape = layout(name, n, given)
+            shape = configuration(name, n, given)
             if shape is None:
                 notes.append(f"{name} on {n} process(es) left out: its degrees ({', '.join(f'{k} {v}' for k, v in given.items())}) "
                              "do not fit that many")

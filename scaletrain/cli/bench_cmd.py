@@ -153,7 +153,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
 def check_options_apply(strategies: list[str], options: dict) -> None:
     """Every strategy option given applies to at least one strategy measured, and to each in a
     way it accepts (checked as the strategy itself checks it)."""
-    from ..plan.layout import options_for
+    from ..plan.configuration import options_for
     from ..strategies import REGISTRY, get_strategy
 
     used = set()

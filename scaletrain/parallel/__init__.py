@@ -2,7 +2,7 @@
 
 A run's topology (`Topology`: the degrees pp × dp_replicate × dp_shard × tp and one
 DeviceMesh) is owned by the run; the parallelisms are transforms applied to the model, in
-this fixed order, each where the plan enables it:
+this fixed order, each where the configuration enables it:
 
 1. pipeline        cut the model into stages of consecutive units; this process keeps its
                    own, and everything below applies to that stage alone
@@ -17,8 +17,8 @@ split (2-D parameters), and compilation before the data-parallel wrappers so tha
 communication stays between the compiled blocks. A combination is a configuration — the
 degrees and options a strategy preset fills in — not a class.
 
-Adding a parallelism is one module defining an object with `name`, `enabled(plan)` and
-`apply(part, plan)` (see part.py), and one line in PARALLELISMS.
+Adding a parallelism is one module defining an object with `name`, `enabled(config)` and
+`apply(part, config)` (see part.py), and one line in PARALLELISMS.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .compile import Compile
 from .data_parallel import DataParallel
 from .local_devices import LocalDevices
 from .model_state import retarget_optimizer
-from .part import ModelPart, ParallelPlan
+from .part import ModelPart, ParallelConfig
 from .pipeline import PipelineCut
 from .prepared import Prepared
 from .tensor_parallel import TensorParallel, check_tensor_parallel, declared_plan
@@ -48,23 +48,23 @@ PARALLELISMS = [
 ]
 
 
-def parallelize(plan: ParallelPlan, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> Prepared:
+def parallelize(config: ParallelConfig, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> Prepared:
     """Applies every enabled parallelism to `model`, in order; points the optimizer (the
     user's own object, changed in place) at the parameters this process trains."""
     before = dict(model.named_parameters())
-    if plan.topology.dims.tp > 1 and plan.option("parallelize") is None:
-        check_tensor_parallel(model, plan.topology.dims.tp, None)
-        plan.tp_rules = declared_plan(model)  # read from the whole model, before any cut
-    if not plan.pipeline and plan.local_devices != "split":
-        model.to(plan.topology.ctx.device)  # a stage, or parts on several devices, are placed by their cut
+    if config.topology.dims.tp > 1 and config.option("parallelize") is None:
+        check_tensor_parallel(model, config.topology.dims.tp, None)
+        config.tp_rules = declared_plan(model)  # read from the whole model, before any cut
+    if not config.pipeline and config.local_devices != "split":
+        model.to(config.topology.ctx.device)  # a stage, or parts on several devices, are placed by their cut
     part = ModelPart(module=model, model=model)
     for parallelism in PARALLELISMS:
-        if parallelism.enabled(plan):
-            parallelism.apply(part, plan)
+        if parallelism.enabled(config):
+            parallelism.apply(part, config)
     # Parallelisms replace parameters (FSDP's shards, tensor parallel's DTensors) or keep a
     # share of them (a stage): the optimizer must follow.
     optimizer = retarget_optimizer(optimizer, before, part.module)
-    return Prepared(plan, part, optimizer)
+    return Prepared(config, part, optimizer)
 
 
-__all__ = ["PARALLELISMS", "ParallelPlan", "ModelPart", "Prepared", "Topology", "parallelize"]
+__all__ = ["PARALLELISMS", "ParallelConfig", "ModelPart", "Prepared", "Topology", "parallelize"]

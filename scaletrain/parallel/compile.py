@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .blocks import model_blocks
-from .part import ModelPart, ParallelPlan
+from .part import ModelPart, ParallelConfig
 
 
 def compile_blocks(module: nn.Module) -> list[str]:
@@ -31,10 +31,10 @@ def compile_blocks(module: nn.Module) -> list[str]:
 class Compile:
     name = "compile"
 
-    def enabled(self, plan: ParallelPlan) -> bool:
-        return bool(plan.option("compile", False))
+    def enabled(self, config: ParallelConfig) -> bool:
+        return bool(config.option("compile", False))
 
-    def apply(self, part: ModelPart, plan: ParallelPlan) -> None:
+    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
         compiled = compile_blocks(part.module)
         part.banner.append(f"torch.compile on {len(compiled)} block(s) ({', '.join(n for n in compiled if n) or 'the model'}); "
                            "the first steps are slow while they compile")

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..precision import PRECISIONS
 from .blocks import model_blocks
-from .part import ModelPart, ParallelPlan
+from .part import ModelPart, ParallelConfig
 
 
 def fsdp_policy(precision: str):
@@ -40,38 +40,38 @@ def fsdp_policy(precision: str):
 class DataParallel:
     name = "data_parallel"
 
-    def enabled(self, plan: ParallelPlan) -> bool:
-        return plan.data_parallel is not None
+    def enabled(self, config: ParallelConfig) -> bool:
+        return config.data_parallel is not None
 
-    def apply(self, part: ModelPart, plan: ParallelPlan) -> None:
-        if plan.data_parallel == "ddp":
-            _apply_ddp(part, plan)
+    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+        if config.data_parallel == "ddp":
+            _apply_ddp(part, config)
         else:
-            _apply_fsdp(part, plan)
+            _apply_fsdp(part, config)
 
 
-def _apply_ddp(part: ModelPart, plan: ParallelPlan) -> None:
+def _apply_ddp(part: ModelPart, config: ParallelConfig) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from .ddp_compression import register_compression
 
-    ctx = plan.topology.ctx
+    ctx = config.topology.ctx
     kwargs = {
         # A replica spread over several devices (hybrid) must leave device_ids to DDP.
         "device_ids": [ctx.device.index] if ctx.device.type == "cuda" and part.model is part.module else None,
         # Gradients live in the communication buckets: one copy less per step.
         "gradient_as_bucket_view": True,
-        "static_graph": bool(plan.option("static_graph", False)),
-        "process_group": plan.topology.group("dp_replicate"),
+        "static_graph": bool(config.option("static_graph", False)),
+        "process_group": config.topology.group("dp_replicate"),
     }
-    if plan.option("bucket_cap_mb") is not None:
-        kwargs["bucket_cap_mb"] = float(plan.option("bucket_cap_mb"))
+    if config.option("bucket_cap_mb") is not None:
+        kwargs["bucket_cap_mb"] = float(config.option("bucket_cap_mb"))
     ddp = DistributedDataParallel(part.model, **kwargs)
-    register_compression(ddp, plan.option("grad_compression", "none"), powersgd_rank=plan.option("powersgd_rank", 2))
+    register_compression(ddp, config.option("grad_compression", "none"), powersgd_rank=config.option("powersgd_rank", 2))
     part.model, part.no_sync = ddp, ddp.no_sync
 
 
-def _apply_fsdp(part: ModelPart, plan: ParallelPlan) -> None:
+def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
     from torch.distributed.fsdp import fully_shard
 
     # torch warns, once per module and process, that a block returning a view (what any
@@ -79,11 +79,11 @@ def _apply_fsdp(part: ModelPart, plan: ParallelPlan) -> None:
     # training step never does, and N processes printing it twice each bury the output.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
-    topology = plan.topology
+    topology = config.topology
     dims = topology.dims
     # HSDP's 2-D mesh (replicate, shard) where there are replicas; the shard dimension alone otherwise.
     mesh = topology.submesh("dp_replicate", "dp_shard") if dims.dp_replicate > 1 else topology.submesh("dp_shard")
-    policy = fsdp_policy(plan.option("precision", "fp32"))
+    policy = fsdp_policy(config.option("precision", "fp32"))
     module = part.module
     blocks = model_blocks(module)
     for name in blocks:

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from ..errors import UsageError, arg
-from .part import ModelPart, ParallelPlan
-from .splitting import describe_plan, parameter_counts, plan_split, split_model
+from .part import ModelPart, ParallelConfig
+from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
 
 #: Parts an mp model is cut into on a machine without GPUs.
 DEFAULT_CPU_PARTS = 2
@@ -96,24 +96,24 @@ def replicas_here(devices_per_process: Optional[int], on_cuda: bool) -> int:
 class LocalDevices:
     name = "local_devices"
 
-    def enabled(self, plan: ParallelPlan) -> bool:
-        return plan.local_devices is not None
+    def enabled(self, config: ParallelConfig) -> bool:
+        return config.local_devices is not None
 
-    def apply(self, part: ModelPart, plan: ParallelPlan) -> None:
-        if plan.local_devices == "split":
-            _split(part, plan)
+    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+        if config.local_devices == "split":
+            _split(part, config)
         else:
-            _replicate(part, plan)
+            _replicate(part, config)
 
 
-def _split(part: ModelPart, plan: ParallelPlan) -> None:
-    ctx = plan.topology.ctx
-    count = split_parts(plan.option("devices_per_process"), plan.option("split_points"), ctx.local_world_size)
-    what = f"strategy {plan.strategy}"
-    cut = plan_split(part.module, count, plan.option("split_points"), what, "devices_per_process")
+def _split(part: ModelPart, config: ParallelConfig) -> None:
+    ctx = config.topology.ctx
+    count = split_parts(config.option("devices_per_process"), config.option("split_points"), ctx.local_world_size)
+    what = f"strategy {config.strategy}"
+    cut = cut_blocks(part.module, count, config.option("split_points"), what, "devices_per_process")
     parts = split_model(part.module, cut, what)
     devices = part_devices(len(parts), ctx.device.index or 0, ctx.device)
-    microbatches = plan.option("microbatches", 1)
+    microbatches = config.option("microbatches", 1)
     parted = PartedModel(part.module, parts, devices, microbatches)
     counts = parameter_counts(parts)
     names = [str(d) for d in devices]
@@ -121,8 +121,8 @@ def _split(part: ModelPart, plan: ParallelPlan) -> None:
     part.runner = PartedRunner(parted, ctx.device)
     part.facts.update({"devices_per_process": len(cut), "part_devices": names, "parts": cut,
                        "part_parameters": counts})
-    part.banner.append(f"{plan.strategy}: {len(parts)} part(s) on {', '.join(names)}, {microbatches} micro-batch(es); "
-                       f"parts {describe_plan(cut, counts)}")
+    part.banner.append(f"{config.strategy}: {len(parts)} part(s) on {', '.join(names)}, {microbatches} micro-batch(es); "
+                       f"parts {describe_cut(cut, counts)}")
 
 
 class PartedRunner:
@@ -138,10 +138,10 @@ class PartedRunner:
             return self.parted.forward(inputs).to(self.device)
 
 
-def _replicate(part: ModelPart, plan: ParallelPlan) -> None:
-    ctx = plan.topology.ctx
+def _replicate(part: ModelPart, config: ParallelConfig) -> None:
+    ctx = config.topology.ctx
     on_cuda = ctx.device.type == "cuda"
-    count = replicas_here(plan.option("devices_per_process"), on_cuda)
+    count = replicas_here(config.option("devices_per_process"), on_cuda)
     part.module.to(ctx.device)
     if on_cuda:
         devices = [f"cuda:{i}" for i in range(count)]

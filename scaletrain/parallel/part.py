@@ -1,8 +1,8 @@
-"""What the parallelisms transform: a model being prepared for one process, and the plan they
-follow.
+"""What the parallelisms transform: a model being prepared for one process, and the
+configuration they follow.
 
 A parallelism (see `scaletrain.parallel.PARALLELISMS`) is a small object with a `name`, an
-`enabled(plan)` test and an `apply(part, plan)` that changes the `ModelPart` in place: it may
+`enabled(config)` test and an `apply(part, config)` that changes the `ModelPart` in place: it may
 replace `module` by this process's share (a pipeline stage), wrap `model` (DDP), change the
 parameters (tensor parallel and FSDP make them DTensors), and say how the part trains
 (`runner`), synchronises (`no_sync`) and what it holds (`facts`, `banner`).
@@ -20,8 +20,9 @@ from .topology import Topology
 
 
 @dataclass
-class ParallelPlan:
-    """What the parallelisms follow: the strategy's name and options, and the topology."""
+class ParallelConfig:
+    """A combination of parallelisms: the strategy's name and options, the topology, and what
+    they switch on."""
     strategy: str
     options: Any
     """The strategy's options (a frozen dataclass): each parallelism reads its own fields."""

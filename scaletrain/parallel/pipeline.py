@@ -20,8 +20,8 @@ from torch import nn
 
 from ..batches import NO_TARGETS, split
 from ..errors import UsageError, arg
-from .part import ModelPart, ParallelPlan
-from .splitting import describe_plan, parameter_counts, plan_split, split_model
+from .part import ModelPart, ParallelConfig
+from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
 
 SCHEDULES = ("gpipe", "1f1b")
 
@@ -48,28 +48,28 @@ class PipelineStageModel(nn.Module):
 class PipelineCut:
     name = "pipeline"
 
-    def enabled(self, plan: ParallelPlan) -> bool:
-        return plan.pipeline
+    def enabled(self, config: ParallelConfig) -> bool:
+        return config.pipeline
 
-    def apply(self, part: ModelPart, plan: ParallelPlan) -> None:
-        topology = plan.topology
+    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+        topology = config.topology
         stage, stages = topology.stage, topology.stages
-        cut = plan_split(part.module, stages, plan.option("split_points"), "strategy pipeline", "pp")
+        cut = cut_blocks(part.module, stages, config.option("split_points"), "strategy pipeline", "pp")
         parts = split_model(part.module, cut, "strategy pipeline")
         counts = parameter_counts(parts)
         if not counts[stage]:
             raise UsageError(f"pipeline stage {stage} ({', '.join(cut[stage])}) has no parameters; "
                              f"choose {arg('split_points')} so that every stage has some")
         mine = parts[stage].to(topology.ctx.device)
-        microbatches = plan.option("microbatches") or stages
-        schedule = plan.option("schedule", "1f1b")
+        microbatches = config.option("microbatches") or stages
+        schedule = config.option("schedule", "1f1b")
         part.module = part.model = mine
         part.runner = PipelineRunner(part, topology, schedule, microbatches)
         part.returned = PipelineStageModel(mine, stage, stages)
         replicas = topology.dp_size
         part.facts.update({"stages": cut, "stage_parameters": counts})
         part.banner.append(f"pipeline: {stages} stage(s) × {replicas} replica(s), {schedule} schedule, "
-                           f"{microbatches} micro-batches; stages {describe_plan(cut, counts)}")
+                           f"{microbatches} micro-batches; stages {describe_cut(cut, counts)}")
 
 
 class PipelineRunner:

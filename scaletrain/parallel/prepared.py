@@ -18,14 +18,14 @@ from ..batches import NO_TARGETS, call_model, compute_loss, split
 from ..precision import PRECISIONS
 from . import model_state, state
 from .grad_norm import total_norm
-from .part import ModelPart, ParallelPlan
+from .part import ModelPart, ParallelConfig
 
 
 class Prepared:
-    def __init__(self, plan: ParallelPlan, part: ModelPart, optimizer: Optional[torch.optim.Optimizer]):
-        self.plan, self.part = plan, part
-        self.topology = plan.topology
-        self.ctx = plan.topology.ctx
+    def __init__(self, config: ParallelConfig, part: ModelPart, optimizer: Optional[torch.optim.Optimizer]):
+        self.config, self.part = config, part
+        self.topology = config.topology
+        self.ctx = config.topology.ctx
         self.model = part.returned if part.returned is not None else part.model
         self.module, self.optimizer = part.module, optimizer
         self.banner = list(part.banner)
@@ -33,7 +33,7 @@ class Prepared:
 
     @property
     def precision(self) -> str:
-        return self.plan.option("precision", "fp32")
+        return self.config.option("precision", "fp32")
 
     def autocast(self):
         """Mixed precision: bf16/fp16 autocast around forward and loss; nothing for fp32, nor

@@ -58,7 +58,7 @@ def balanced_cuts(weights: Sequence[int], parts: int) -> list[int]:
     return starts[::-1]
 
 
-def plan_split(model: nn.Module, parts: Optional[int], split_points: Optional[Sequence[str]],
+def cut_blocks(model: nn.Module, parts: Optional[int], split_points: Optional[Sequence[str]],
                what: str, parts_option: str) -> list[list[str]]:
     """Block names of each part. `parts` None: as many as the split points make."""
     units = units_of(model, what)
@@ -89,16 +89,16 @@ def plan_split(model: nn.Module, parts: Optional[int], split_points: Optional[Se
     return [names[s:e] for s, e in zip(starts, ends)]
 
 
-def split_model(model: nn.Module, plan: list[list[str]], what: str = "this strategy") -> list[nn.Module]:
+def split_model(model: nn.Module, cut: list[list[str]], what: str = "this strategy") -> list[nn.Module]:
     """The parts as modules that share (not copy) the model's units, under their names."""
     units = {unit.name: unit for unit in units_of(model, what)}
-    return [stage_module([units[name] for name in part]) for part in plan]
+    return [stage_module([units[name] for name in part]) for part in cut]
 
 
 def parameter_counts(parts: Sequence[nn.Module]) -> list[int]:
     return [sum(p.numel() for p in part.parameters()) for part in parts]
 
 
-def describe_plan(plan: list[list[str]], params: Sequence[int]) -> str:
+def describe_cut(cut: list[list[str]], params: Sequence[int]) -> str:
     """'conv1+conv2 (19k params) | fc1+fc2 (133k params)' for progress output."""
-    return " | ".join(f"{'+'.join(part)} ({count / 1000:,.0f}k params)" for part, count in zip(plan, params))
+    return " | ".join(f"{'+'.join(part)} ({count / 1000:,.0f}k params)" for part, count in zip(cut, params))

@@ -25,7 +25,7 @@ from typing import Callable, Optional
 from torch import nn
 
 from ..errors import UsageError, arg
-from .part import ModelPart, ParallelPlan
+from .part import ModelPart, ParallelConfig
 
 #: The styles a plan may name (the vocabulary of Hugging Face's plans), as torch's classes.
 STYLES = ("colwise", "rowwise", "colwise_rep", "colwise_gather_output", "rowwise_rep", "rowwise_split_input")
@@ -119,15 +119,15 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
 class TensorParallel:
     name = "tensor_parallel"
 
-    def enabled(self, plan: ParallelPlan) -> bool:
-        return plan.topology.dims.tp > 1
+    def enabled(self, config: ParallelConfig) -> bool:
+        return config.topology.dims.tp > 1
 
-    def apply(self, part: ModelPart, plan: ParallelPlan) -> None:
+    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
         from torch.distributed.tensor.parallel import parallelize_module
 
-        tp = plan.topology.dims.tp
-        mesh = plan.topology.submesh("tp")
-        hook = plan.option("parallelize")
+        tp = config.topology.dims.tp
+        mesh = config.topology.submesh("tp")
+        hook = config.option("parallelize")
         module = part.module
         if isinstance(hook, str):
             from ..user_code import load_factory
@@ -140,7 +140,7 @@ class TensorParallel:
             # The rules were read from the whole model (a pipeline stage has lost its config):
             # those that name a module of this part apply to it.
             paths = [path for path, _ in module.named_modules()]
-            rules = {key: style for key, style in plan.tp_rules.items()
+            rules = {key: style for key, style in config.tp_rules.items()
                      if any(fnmatch.fnmatchcase(path, key) for path in paths)}
             parallelize_module(module, mesh, {key: _style(style, key) for key, style in rules.items()})
             source = f"{len(rules)} rule(s) of the model's plan"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from . import formulas as f
-from .layout import Layout
+from .configuration import Configuration
 from .probe import Probe
 from .scenario import Options, Scenario, compute_at, one_process_threads
 from .stages import stage_costs, stage_groups
@@ -33,7 +33,7 @@ def devices_per_process(probe: Probe, options: Options, default_on_cpu: int) -> 
     if options.devices_per_process:
         return options.devices_per_process
     if probe.device_type == "cuda":
-        return max(1, options.procs_per_node)
+        return max(1, options.nproc_per_node)
     return default_on_cpu
 
 
@@ -150,10 +150,10 @@ def _tp_share(fp, tp: int, units: Optional[list[int]] = None) -> float:
     return (total - split + split / tp) / total
 
 
-def _tp_comm(probe: Probe, s: Scenario, layout: Layout, units: list[int], samples: float, times: int) -> float:
+def _tp_comm(probe: Probe, s: Scenario, config: Configuration, units: list[int], samples: float, times: int) -> float:
     """Tensor parallel's all-reduces: each row-wise layer's output in forward, as many input
     gradients in backward, `times` times (once per micro-batch) for `samples` samples each."""
-    tp = layout.dims.tp
+    tp = config.dims.tp
     if tp == 1:
         return 0.0
     group = s.group(tp)
@@ -162,18 +162,18 @@ def _tp_comm(probe: Probe, s: Scenario, layout: Layout, units: list[int], sample
                        for b in per_sample if b)
 
 
-def _data_parallel_comm(probe: Probe, s: Scenario, layout: Layout, held_bytes: float, grad_tensors: list[float],
+def _data_parallel_comm(probe: Probe, s: Scenario, config: Configuration, held_bytes: float, grad_tensors: list[float],
                         units: int, largest_unit: float) -> float:
     """The data-parallel dimensions' communication for this process's share of the model:
     DDP's buckets over dp_replicate; FSDP's gathers and reduce-scatters over dp_shard, and
     (HSDP) the shards' all-reduce over dp_replicate."""
-    dims = layout.dims
+    dims = config.dims
     fp = probe.footprint
-    if layout.data_parallel == "ddp":
+    if config.data_parallel == "ddp":
         group = s.group(dims.world_size // dims.pp)
         return sum(f.ring_all_reduce_seconds(b, dims.dp_replicate, group.busbw(b), group.alpha_s)
                    for b in f.ddp_buckets(grad_tensors))
-    if layout.data_parallel != "fsdp":
+    if config.data_parallel != "fsdp":
         return 0.0
     grad_bytes = held_bytes * fp.grad_bytes / max(1, fp.param_bytes)
     shard = s.group(dims.dp_shard * dims.tp)
@@ -185,8 +185,8 @@ def _data_parallel_comm(probe: Probe, s: Scenario, layout: Layout, held_bytes: f
     return comm
 
 
-def _mesh(probe: Probe, s: Scenario, o: Options, layout: Layout) -> Optional[dict]:
-    """Any layout of the mesh (ddp, fsdp, tp, pipeline and their compositions), one dimension
+def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optional[dict]:
+    """Any configuration of the mesh (ddp, fsdp, tp, pipeline and their compositions), one dimension
     at a time: the pipeline's stages and bubble set the compute (each stage's measured
     blocks); tensor parallel shrinks each process's share of it and adds two all-reduces per
     row-wise layer; the data-parallel dimensions add DDP's buckets or FSDP's gathers and
@@ -195,13 +195,13 @@ def _mesh(probe: Probe, s: Scenario, o: Options, layout: Layout) -> Optional[dic
     all-reduce timed alone misses the ranks waiting for each other, which decides a step of a
     few milliseconds."""
     fp = probe.footprint
-    dims = layout.dims
+    dims = config.dims
     if dims.tp > 1 and not fp.block_tp_param_bytes:
-        return None  # the model has no tensor-parallel plan: this layout cannot run
+        return None  # the model has no tensor-parallel plan: this configuration cannot run
     c = compute_at(probe, s.threads, s.oversubscription)
-    per_process = probe.batch_size  # every layout keeps the batch per process
+    per_process = probe.batch_size  # every configuration keeps the batch per process
     blocks = list(range(len(fp.block_param_bytes)))
-    groups = stage_groups(probe.block_params or tuple(fp.block_param_bytes), dims.pp) if layout.pipelined else [blocks]
+    groups = stage_groups(probe.block_params or tuple(fp.block_param_bytes), dims.pp) if config.pipelined else [blocks]
     if groups is None:
         return None  # more stages than the model has blocks
     # The heaviest stage sets the pace and the memory; under tensor parallel a process holds its share of it.
@@ -209,32 +209,32 @@ def _mesh(probe: Probe, s: Scenario, o: Options, layout: Layout) -> Optional[dic
     stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
     tp_share = _tp_share(fp, dims.tp, stage)
     held = fp.param_bytes * stage_fraction * tp_share
-    state_share = stage_fraction * tp_share / (dims.dp_shard if layout.data_parallel == "fsdp" else 1)
+    state_share = stage_fraction * tp_share / (dims.dp_shard if config.data_parallel == "fsdp" else 1)
     note = ""
-    if layout.pipelined:
-        m = layout.microbatches
+    if config.pipelined:
+        m = config.microbatches
         costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks])
         compute = c.data_s + costs.busy_seconds(m) - max(costs.optimizer_s) + c.optimizer_s * state_share
         transfer = _activation_transfers(probe, s, dims.pp, m)
-        tp_comm = _tp_comm(probe, s, layout, stage, per_process / m, m)
+        tp_comm = _tp_comm(probe, s, config, stage, per_process / m, m)
         note = f"{costs.describe()}; bubble {f.pipeline_bubble(dims.pp, m):.0%} of an even split"
     else:
         # The measured step, less the shares of forward + backward and of the optimizer step
         # that other processes take (the whole step when they take none).
         compute = c.step_s - c.fb_s * (1 - tp_share) - c.optimizer_s * (1 - state_share)
         transfer = 0.0
-        tp_comm = _tp_comm(probe, s, layout, stage, per_process, 1)
+        tp_comm = _tp_comm(probe, s, config, stage, per_process, 1)
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
     largest = max(fp.block_param_bytes[i] for i in stage) * tp_share
-    dp_comm = _data_parallel_comm(probe, s, layout, held, grads, len(stage), largest)
+    dp_comm = _data_parallel_comm(probe, s, config, held, grads, len(stage), largest)
     # DDP hides its buckets behind the part of backward after them; FSDP's prefetches hide
     # behind forward and backward alike; tensor parallel's all-reduces and the pipeline's
     # transfers are on the critical path.
-    hideable = (BACKWARD_SHARE if layout.data_parallel == "ddp" else 1.0) * c.fb_s * tp_share
+    hideable = (BACKWARD_SHARE if config.data_parallel == "ddp" else 1.0) * c.fb_s * tp_share
     exposed = f.exposed_seconds(dp_comm, hideable, o.overlap) + tp_comm + transfer
     cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer, "exposed": exposed,
-            "batch": per_process * dims.dp_size, "memory": _mesh_memory(probe, layout, stage_fraction * tp_share, largest)}
-    if layout.data_parallel == "ddp" and dims.enabled() in ((), ("dp_replicate",)):
+            "batch": per_process * dims.dp_size, "memory": _mesh_memory(probe, config, stage_fraction * tp_share, largest)}
+    if config.data_parallel == "ddp" and dims.enabled() in ((), ("dp_replicate",)):
         measured = measured_ddp_exposed(probe, s)
         if measured is not None:
             cost["exposed"] = measured
@@ -245,29 +245,29 @@ def _mesh(probe: Probe, s: Scenario, o: Options, layout: Layout) -> Optional[dic
     return cost
 
 
-def _mesh_memory(probe: Probe, layout: Layout, share: float, largest_unit: float) -> float:
+def _mesh_memory(probe: Probe, config: Configuration, share: float, largest_unit: float) -> float:
     """A process's parameters, gradients and optimizer state (its stage, its tensor-parallel
     share, 1/dp_shard of it under FSDP with one unit gathered whole), and its activations (a
     pipeline keeps those of the micro-batches in flight)."""
     fp = probe.footprint
-    dims = layout.dims
+    dims = config.dims
     states = share * (fp.param_bytes + fp.grad_bytes + fp.optimizer_bytes)
     activations = _activations(probe)
-    if layout.pipelined:
-        in_flight = min(dims.pp, layout.microbatches) / layout.microbatches
+    if config.pipelined:
+        in_flight = min(dims.pp, config.microbatches) / config.microbatches
         activations = activations / dims.pp * in_flight
-    if layout.data_parallel == "fsdp":
+    if config.data_parallel == "fsdp":
         return states / dims.dp_shard + 2 * largest_unit + activations
     return states + activations
 
 
 def _classic(model: Callable[[Probe, Scenario, Options], Optional[dict]]):
-    return lambda probe, s, o, layout: model(probe, s, o)
+    return lambda probe, s, o, config: model(probe, s, o)
 
 
-#: The cost model of each strategy: the classic one-process ones of their own, every layout of
+#: The cost model of each strategy: the classic one-process ones of their own, every configuration of
 #: the mesh by its dimensions; strategies without one get no prediction.
-COST_MODELS: dict[str, Callable[[Probe, Scenario, Options, Layout], Optional[dict]]] = {
+COST_MODELS: dict[str, Callable[[Probe, Scenario, Options, Configuration], Optional[dict]]] = {
     "single": _classic(_single), "dp": _classic(_dp), "mp": _classic(_mp), "ddp": _mesh,
     "hybrid": _classic(_hybrid), "pipeline": _mesh, "fsdp": _mesh, "tp": _mesh,
 }

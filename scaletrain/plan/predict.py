@@ -9,7 +9,7 @@ from typing import Optional
 
 from . import formulas as f
 from .cost_models import COST_MODELS
-from .layout import layout
+from .configuration import configuration
 from .probe import Probe
 from .scenario import Options, baseline_step, scenario
 
@@ -45,7 +45,7 @@ def predict(probe: Probe, strategy: str, n: int, options: Options,
     """The prediction for `strategy` (with `strategy_options`: degrees, micro-batches, ...) on
     `n` processes, or None where it cannot run or has no cost model."""
     model = COST_MODELS.get(strategy)
-    shape = layout(strategy, n, strategy_options, options.microbatches) if model is not None else None
+    shape = configuration(strategy, n, strategy_options, options.microbatches) if model is not None else None
     if shape is None:
         return None
     s = scenario(n, options, probe.link, probe.device_type)

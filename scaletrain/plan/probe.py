@@ -187,7 +187,7 @@ def cores_here() -> int:
     return cpu_cores()
 
 
-def device_memory_bytes(device_type: str, procs_per_node: int) -> float:
+def device_memory_bytes(device_type: str, nproc_per_node: int) -> float:
     """What one process may use: the GPU's memory, or the machine's memory ÷ processes."""
     if device_type == "cuda":
         return float(torch.cuda.get_device_properties(0).total_memory)
@@ -195,4 +195,4 @@ def device_memory_bytes(device_type: str, procs_per_node: int) -> float:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return float("inf")
-    return total / max(1, procs_per_node)
+    return total / max(1, nproc_per_node)

@@ -44,7 +44,7 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
     if link is not None:
         lines.append(f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs "
                      f"per ring step ({link.source})")
-    lines.append(f"machines like this one: {options.procs_per_node} process(es) each on {options.cores} core(s); "
+    lines.append(f"machines like this one: {options.nproc_per_node} process(es) each on {options.cores} core(s); "
                  f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs "
                  f"(--link-gbps, --link-latency-us); overlap {options.overlap:g}")
     return lines

@@ -3,7 +3,7 @@ degrees it fills, how its data-parallel dimensions synchronise, which options it
 
 A `Strategy` answers what follows from its options and the world size alone, before any
 process or model exists: the parallel dimensions (`dims`, validated once, with every factor
-named in the error), the checks of a model's split or tensor-parallel plan (`check_plan`,
+named in the error), the checks of a model's split or tensor-parallel plan (`check_model`,
 which takes a model built on the meta device), the facts for the run's summary. Its
 `setup(topology, model, optimizer)` applies the parallelisms in their fixed order and
 returns a `Prepared` model (scaletrain.parallel.prepared).
@@ -25,7 +25,7 @@ from torch import nn
 from ..context import ProcessContext
 from ..errors import UsageError, arg
 from ..options import build, check_choice, check_count, declared, option
-from ..parallel import ParallelPlan, Prepared, Topology, parallelize
+from ..parallel import ParallelConfig, Prepared, Topology, parallelize
 from ..parallel.dims import MESH_DIMS, ParallelDims, resolve_dims
 from ..precision import PRECISIONS
 from ..values import factory_name, positive_int
@@ -158,7 +158,7 @@ class Strategy:
         """Raise UsageError when this strategy cannot run on `world_size` processes."""
         self.dims(world_size)
 
-    def check_plan(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
+    def check_model(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
         """Raise UsageError for a model or batch size this strategy cannot split. `model` may
         be built on the meta device: only its structure and shapes are read."""
         from ..parallel.tensor_parallel import check_tensor_parallel
@@ -170,7 +170,7 @@ class Strategy:
     def preflight(self, world_size: int, model: Optional[nn.Module] = None, batch_size: Optional[int] = None) -> None:
         """Every check that can run in the parent, before processes start."""
         self.check_world_size(world_size)
-        self.check_plan(world_size, model, batch_size)
+        self.check_model(world_size, model, batch_size)
 
     def validate(self, ctx: ProcessContext) -> None:
         """Raise UsageError for a combination that cannot work (before any model exists)."""
@@ -190,12 +190,12 @@ class Strategy:
     def topology(self, ctx: ProcessContext) -> Topology:
         return Topology(self.dims(ctx.world_size, ctx.local_world_size), ctx)
 
-    def plan(self, topology: Topology) -> ParallelPlan:
-        return ParallelPlan(self.name, self.options, topology, data_parallel=self.data_parallel(topology.dims),
+    def configuration(self, topology: Topology) -> ParallelConfig:
+        return ParallelConfig(self.name, self.options, topology, data_parallel=self.data_parallel(topology.dims),
                             pipeline=self.pipelined, local_devices=self.local_devices)
 
     def setup(self, topology: Topology, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> Prepared:
-        return parallelize(self.plan(topology), model, optimizer)
+        return parallelize(self.configuration(topology), model, optimizer)
 
     def describe(self, topology: Topology) -> dict:
         """What the plan says, for summary.json (no model needed; no collective)."""

@@ -28,6 +28,6 @@ class DataParallelStrategy(Strategy):
     fill = None
     local_devices = "replicate"
 
-    def check_plan(self, world_size, model, batch_size):
-        super().check_plan(world_size, model, batch_size)
+    def check_model(self, world_size, model, batch_size):
+        super().check_model(world_size, model, batch_size)
         replicas_here(self.options.devices_per_process, visible_gpus() > 0)

@@ -10,7 +10,7 @@ from typing import Optional
 from ..errors import UsageError, arg
 from ..options import check_count, option
 from ..parallel.local_devices import split_parts
-from ..parallel.splitting import parse_split_points, plan_split
+from ..parallel.splitting import parse_split_points, cut_blocks
 from ..values import name_list, positive_int
 from .base import CommonOptions, Strategy
 
@@ -48,10 +48,10 @@ class ModelParallelStrategy(Strategy):
         # Process p owns cuda:p*K..p*K+K-1; its device is the first of them.
         return self.part_count(local_world_size) or len(self.options.split_points or ()) + 1
 
-    def check_plan(self, world_size, model, batch_size):
-        super().check_plan(world_size, model, batch_size)
+    def check_model(self, world_size, model, batch_size):
+        super().check_model(world_size, model, batch_size)
         if model is not None:
-            plan_split(model, self.part_count(world_size), self.options.split_points, f"strategy {self.name}",
+            cut_blocks(model, self.part_count(world_size), self.options.split_points, f"strategy {self.name}",
                        "devices_per_process")
         m = self.options.microbatches
         if batch_size is not None and m > batch_size:

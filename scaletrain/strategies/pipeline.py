@@ -17,7 +17,7 @@ from typing import Optional
 from ..errors import UsageError, arg
 from ..options import check_choice, check_count, option
 from ..parallel.pipeline import SCHEDULES
-from ..parallel.splitting import parse_split_points, plan_split
+from ..parallel.splitting import parse_split_points, cut_blocks
 from ..values import name_list, positive_int
 from .base import MeshOptions, Strategy
 from .mp import SPLIT_POINTS_HELP
@@ -99,21 +99,21 @@ class PipelineStrategy(Strategy):
             raise UsageError(f"{arg('schedule', '1f1b')} needs at least as many micro-batches as stages ({dims.pp}); "
                              f"use {arg('microbatches', dims.pp)} or {arg('schedule', 'gpipe')}")
 
-    def check_plan(self, world_size, model, batch_size):
-        super().check_plan(world_size, model, batch_size)
+    def check_model(self, world_size, model, batch_size):
+        super().check_model(world_size, model, batch_size)
         stages = self.dims(world_size).pp
         if model is not None:
-            plan_split(model, stages, self.options.split_points, "strategy pipeline", self.stage_option())
+            cut_blocks(model, stages, self.options.split_points, "strategy pipeline", self.stage_option())
         m = self.microbatches(world_size)
         if batch_size is not None and batch_size % m:
             fits = [d for d in range(m, batch_size + 1) if batch_size % d == 0][:1] or [batch_size]
             raise UsageError(f"{arg('microbatches', m)} does not divide the batch of {batch_size}; "
                              f"use {arg('microbatches', fits[0])} or a {arg('batch_size')} that is a multiple of {m}")
 
-    def plan(self, topology):
-        plan = super().plan(topology)
-        plan.options = _with_microbatches(self.options, self.microbatches(topology.ctx.world_size))
-        return plan
+    def configuration(self, topology):
+        config = super().configuration(topology)
+        config.options = _with_microbatches(self.options, self.microbatches(topology.ctx.world_size))
+        return config
 
     def describe(self, topology):
         dims = topology.dims

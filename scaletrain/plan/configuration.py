@@ -13,7 +13,7 @@ from ..strategies import REGISTRY, get_strategy
 
 
 @dataclass(frozen=True)
-class Layout:
+class Configuration:
     strategy: str
     world_size: int
     dims: ParallelDims
@@ -40,9 +40,9 @@ def options_for(strategy: str, options: dict) -> dict:
     return {k: v for k, v in options.items() if k in takes and v is not None}
 
 
-def layout(strategy: str, world_size: int, options: Optional[dict] = None,
-           default_microbatches: Optional[int] = None) -> Optional[Layout]:
-    """The layout `strategy` runs on `world_size` processes, or None when it cannot (degrees
+def configuration(strategy: str, world_size: int, options: Optional[dict] = None,
+           default_microbatches: Optional[int] = None) -> Optional[Configuration]:
+    """The configuration `strategy` runs on `world_size` processes, or None when it cannot (degrees
     that do not fit, a one-process strategy on several)."""
     given = options_for(strategy, options or {})
     try:
@@ -56,5 +56,5 @@ def layout(strategy: str, world_size: int, options: Optional[dict] = None,
         microbatches = given.get("microbatches") or default_microbatches or dims.pp
     else:
         microbatches = given.get("microbatches", 1)
-    return Layout(strategy, world_size, dims, chosen.data_parallel(dims), chosen.pipelined, chosen.local_devices,
+    return Configuration(strategy, world_size, dims, chosen.data_parallel(dims), chosen.pipelined, chosen.local_devices,
                   microbatches, given)
