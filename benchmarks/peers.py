@@ -77,6 +77,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.quick:
         args.reps, args.workloads, args.runners, args.compression, args.epochs = 1, "synthetic-cnn", "raw,api,api-unpinned", "none", 2
         args.max_steps, args.links = 3, "none"
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA device is visible here; use --device cpu")
     cpu_only = sorted(set(args.runners.split(",")) - set(CUDA_RUNNERS))
     if args.device == "cuda" and cpu_only:
         p.error(f"--device cuda: the runners {','.join(cpu_only)} run on the CPU only; give --runners "

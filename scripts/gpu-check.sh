@@ -36,7 +36,7 @@ case "$status" in
   *) exit "$status" ;;
 esac
 if ! python3 -c "import pytest, pytest_timeout" 2>/dev/null; then
-  echo "gpu-check: pytest and pytest-timeout are missing; install them with: pip install -c constraints.txt -e '.[test]'" >&2
+  echo "gpu-check: pytest and pytest-timeout are missing; install them with: pip install pytest pytest-timeout" >&2
   exit 2
 fi
 

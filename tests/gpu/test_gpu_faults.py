@@ -25,8 +25,7 @@ TIMEOUT_S = 10
 @pytest.mark.timeout(400)
 def test_a_stopped_rank_is_named(target, check, out_dir):
     backend = target.backend if target.count >= 2 else "gloo"
-    how = f"{backend} between 2 GPUs" if target.device == "cuda" and target.count >= 2 else \
-        f"{backend}, 2 processes on one {'GPU' if target.device == 'cuda' else 'device'}"
+    how = f"{backend} between 2 {target.noun}s" if target.count >= 2 else f"{backend}, 2 processes on one {target.noun}"
     out = out_dir / "hang"
     argv = scaletrain_argv("train", "--nproc-per-node", "2", "--workload", "digits-mlp", "--epochs", "50",
                            "--batch-size", "8", "--checkpoint-every", "5", "--timeout", f"{TIMEOUT_S}s",
