@@ -28,6 +28,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+if [ -n "$out" ] && [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+  echo "gpu-check: --out $out is not empty; give a new or empty folder" >&2
+  exit 2
+fi
+
 status=0
 python3 -m tests.gpu.target || status=$?
 case "$status" in
