@@ -117,7 +117,8 @@ def _mismatch(world_size: int, degrees: dict, given: dict, fill: Optional[str], 
             if fitting != degrees[name]:
                 fixes.append(arg(label, fitting))
     product = f"{factors} = {fixed}" if len(named) > 1 else factors
-    what = (f"{product} does not divide the {world_size} processes that {arg(labels.get(fill, fill))} would "
+    what = (f"{product} needs {fixed} processes or a multiple, but the world is {world_size}" if filling and fixed > world_size
+            else f"{product} does not divide the {world_size} processes that {arg(labels.get(fill, fill))} would "
             f"share out" if filling
             else f"{product}, but the world is {world_size} process(es)")
     return f"the parallel degrees do not fit: {what}; the degrees must multiply to the world size: " \

@@ -104,7 +104,7 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
     for path, module in model.named_modules():
         heads = getattr(module, "heads", None)
         if isinstance(getattr(type(module), "tp_plan", None), dict) and isinstance(heads, int) and heads % tp:
-            raise UsageError(f"{arg('tp', tp)}: {path or 'the model'} has {heads} attention heads, which cannot be "
+            raise UsageError(f"{arg('tp', tp)}: {('block ' + path) if path else 'the model'} has {heads} attention heads, which cannot be "
                              f"split {tp} ways; use a {arg('tp')} that divides {heads}")
     for key, style in plan.items():
         for path, module in model.named_modules():

@@ -110,7 +110,7 @@ class Strategy:
         takes = {f.name for f in declared(self.Options)}
         for name in DEGREES:
             if values.get(name) is not None and name not in takes:
-                hint = self.instead.get(name, "strategy fsdp, tp or pipeline")
+                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')}, tp or pipeline")
                 raise UsageError(f"{arg(name, values[name])} does not apply to {arg('strategy', self.name)}; "
                                  f"use {hint}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ..errors import arg
 from ..options import check_choice, check_count, option
 from ..parallel.ddp_compression import COMPRESSIONS
 from ..values import positive_float, positive_int
@@ -36,10 +37,12 @@ class DDPStrategy(Strategy):
     help = "DistributedDataParallel: one process per device, gradients all-reduced"
     Options = DDPOptions
     data_parallel_kind = "ddp"
-    instead = {"tp": "strategy tp (tensor parallel; the other processes replicate it) or fsdp with tp",
-               "dp_shard": "strategy fsdp (with dp_replicate for hybrid sharding)",
-               "dp_replicate": "strategy fsdp with dp_shard for hybrid sharding (ddp replicates over every process)",
-               "pp": "strategy pipeline"}
+    instead = {"tp": f"{arg('strategy', 'tp')} (tensor parallel; the other processes replicate it) or "
+                     f"{arg('strategy', 'fsdp')} with {arg('tp')}",
+               "dp_shard": f"{arg('strategy', 'fsdp')} (with {arg('dp_replicate')} for hybrid sharding)",
+               "dp_replicate": f"{arg('strategy', 'fsdp')} with {arg('dp_shard')} for hybrid sharding (ddp replicates "
+                               f"over every process)",
+               "pp": f"{arg('strategy', 'pipeline')}"}
 
     def describe(self, topology):
         return {**super().describe(topology), "grad_compression": self.options.grad_compression,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import arg
 from .base import MeshOptions, Strategy
 
 
@@ -26,7 +27,7 @@ class FSDPStrategy(Strategy):
     Options = FSDPOptions
     fill = "dp_shard"
     data_parallel_kind = "fsdp"
-    instead = {"pp": "strategy pipeline with dp_shard (pipeline × FSDP)"}
+    instead = {"pp": f"{arg('strategy', 'pipeline')} with {arg('dp_shard')} (pipeline × FSDP)"}
 
     def describe(self, topology):
         return {**super().describe(topology), "shards": topology.dims.dp_shard}

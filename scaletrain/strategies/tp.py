@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import arg
 from .base import MeshOptions, Strategy
 
 
@@ -20,7 +21,7 @@ class TensorParallelStrategy(Strategy):
     name = "tp"
     help = "tensor parallel: each layer's matrices split across processes"
     Options = TPOptions
-    instead = {"pp": "strategy pipeline with tp (pipeline × tensor parallel)"}
+    instead = {"pp": f"{arg('strategy', 'pipeline')} with {arg('tp')} (pipeline × tensor parallel)"}
 
     def fill_for(self, given):
         if given["tp"] is None:

@@ -40,7 +40,7 @@ def median(figure) -> float:
 def test_bench(workload, target, check, out_dir):
     out = out_dir / f"bench-{workload}"
     quiet = [] if target.device == "cuda" else ["--max-other-load", "64"]  # a shared CPU is never quiet
-    done = scaletrain("bench", "--workload", workload, "--nproc", ",".join(map(str, world_sizes(target))),
+    done = scaletrain("bench", "--workload", workload, "--world-sizes", ",".join(map(str, world_sizes(target))),
                       "--rounds", str(BENCH_ROUNDS), *target.flags(), *quiet, "--out", str(out), timeout=600)
     assert done.returncode == 0, f"scaletrain bench failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     bench = json.loads((out / "bench.json").read_text())
