@@ -75,6 +75,7 @@ class Run(RunCollectives):
         self.trackers = Trackers([])  # init(trackers=...): rank 0's experiment trackers
         # fp16's loss scaling; where processes hold different gradients, they agree on overflow.
         self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
+        self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -104,13 +105,19 @@ class Run(RunCollectives):
         return self.topology.mesh
 
     # -- model and data -----------------------------------------------------------------
-    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None):
+    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None, *,
+              init_fn: Optional[Callable[[nn.Module], None]] = None):
         """Places and wraps the model for the strategy and points the optimizer (your own
         object, changed in place) at the parameters this process trains, so a scheduler
         bound to it keeps driving it. Returns the model; (model, optimizer) when an
         optimizer is given; (model, optimizer, scheduler) when a scheduler is given too.
-        Call it once per model (a GAN's generator and discriminator: twice)."""
-        prepared = self.strategy.setup(self.topology, model, optimizer)
+        Call it once per model (a GAN's generator and discriminator: twice).
+
+        A model built inside `run.meta_device()` holds no memory yet: it is parallelised
+        first, then each process materialises and initialises only its own share, with the
+        weights an ordinary build would have had (each module's `reset_parameters`, a Hugging
+        Face model's `_init_weights`; or `init_fn(module)`, called on every module)."""
+        prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
         self._prepared[id(prepared.model)] = prepared
         for line in prepared.banner:
             self.print(f"scaletrain: {line}")
@@ -119,6 +126,31 @@ class Run(RunCollectives):
                 scheduler.optimizer = prepared.optimizer  # drive the optimizer that really steps
             return prepared.model, prepared.optimizer, scheduler
         return prepared.model if optimizer is None else (prepared.model, prepared.optimizer)
+
+    @contextlib.contextmanager
+    def meta_device(self):
+        """Build a model inside this block and it holds no memory until `run.setup` gives each
+        process its share of it: for models larger than one process. The random state the
+        build starts drawing from is kept, so that setup initialises the model exactly as
+        building it here on a real device would have.
+
+            with run.meta_device():
+                model = MyModel()                     # shapes only
+            model, optimizer = run.setup(model, torch.optim.AdamW(model.parameters()))
+        """
+        def first_parameter(module, name, param):
+            # The state before the first module draws its initial weights: after any seeding
+            # the building code does itself (a factory that calls torch.manual_seed first).
+            if self._meta_rng is None:
+                self._meta_rng = torch.get_rng_state()
+
+        self._meta_rng = None
+        hook = torch.nn.modules.module.register_module_parameter_registration_hook(first_parameter)
+        try:
+            with torch.device("meta"):
+                yield
+        finally:
+            hook.remove()
 
     def prepared(self, model: nn.Module) -> Prepared:
         """The strategy's per-run state for a model that `setup` returned. A model you

@@ -1,7 +1,9 @@
 """Parallelisms composed on one device mesh, on the built-in byte-level GPT and a Hugging Face
 Llama built from a config: tensor parallel × 2, FSDP × TP 2 × 2, HSDP 2 × 2, pipeline × FSDP
 2 × 2 and pipeline × FSDP × TP 2 × 2 × 2 (8 processes) each end within 1e-5 of one process
-on the same global batches after 3 optimizer steps. A 2-D run's checkpoint resumes under
+on the same global batches after 3 optimizer steps — built whole, and built on the meta device
+and materialised as each process's share, which starts from exactly an ordinary build's
+weights. A 2-D run's checkpoint resumes under
 ddp, one process and a 3-D layout with exactly the state it saved; under fp16, pipeline
 stages skip the same steps."""
 
@@ -32,9 +34,12 @@ def test_every_composition_matches_one_process():
     for mesh in ("tp 2", "dp_shard 2 × tp 2", "dp_replicate 2 × dp_shard 2", "pp 2 × dp_shard 2",
                  "pp 2 × dp_shard 2 × tp 2"):
         assert {(mesh, "stdlib-gpt"), (mesh, "llama")} <= meshes, (mesh, meshes)
+    assert {r["meta_init"] for r in found} == {False, True}
     for r in found:
         assert r["param_diff"] < ATOL and r["loss_diff"] < ATOL, r
         assert r["covered"] == r["parameters"], r  # every parameter is held by some process
+        # Built whole or on the meta device, every process starts from an ordinary build's weights, exactly.
+        assert r["same_start"], r
 
 
 def _tensors(folder):

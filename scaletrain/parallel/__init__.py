@@ -23,14 +23,17 @@ Adding a parallelism is one module defining an object with `name`, `enabled(conf
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
 
+from ..errors import UsageError
+
 from .compile import Compile
 from .data_parallel import DataParallel
 from .local_devices import LocalDevices
+from .meta_init import is_meta, materialise
 from .model_state import retarget_optimizer
 from .part import ModelPart, ParallelConfig
 from .pipeline import PipelineCut
@@ -48,19 +51,31 @@ PARALLELISMS = [
 ]
 
 
-def parallelize(config: ParallelConfig, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> Prepared:
+def parallelize(config: ParallelConfig, model: nn.Module, optimizer: Optional[torch.optim.Optimizer],
+                meta_rng: Optional[torch.Tensor] = None, init_fn: Optional[Callable] = None) -> Prepared:
     """Applies every enabled parallelism to `model`, in order; points the optimizer (the
-    user's own object, changed in place) at the parameters this process trains."""
+    user's own object, changed in place) at the parameters this process trains.
+
+    A model built on the meta device is parallelised there, then materialised as this
+    process's share and initialised by its own code (meta_init.py) as an ordinary build from
+    the random state `meta_rng` would be (`init_fn(module)`: your initialisation instead)."""
     before = dict(model.named_parameters())
+    on_meta = is_meta(model)
+    if on_meta and config.local_devices is not None:
+        raise UsageError(f"strategy {config.strategy!r} splits a model over this process's devices, which needs the "
+                         "whole model built: build it on a real device (not the meta device)")
     if config.topology.dims.tp > 1 and config.option("parallelize") is None:
         check_tensor_parallel(model, config.topology.dims.tp, None)
         config.tp_rules = declared_plan(model)  # read from the whole model, before any cut
-    if not config.pipeline and config.local_devices != "split":
+    if not (config.pipeline or config.local_devices == "split" or on_meta):
         model.to(config.topology.ctx.device)  # a stage, or parts on several devices, are placed by their cut
     part = ModelPart(module=model, model=model)
     for parallelism in PARALLELISMS:
         if parallelism.enabled(config):
             parallelism.apply(part, config)
+    if on_meta:
+        materialise(model, part.module, config.topology.ctx.device, meta_rng, init_fn)
+        part.banner.append("meta-device initialisation: each process built and initialised only its own share")
     # Parallelisms replace parameters (FSDP's shards, tensor parallel's DTensors) or keep a
     # share of them (a stage): the optimizer must follow.
     optimizer = retarget_optimizer(optimizer, before, part.module)

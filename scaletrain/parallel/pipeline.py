@@ -60,7 +60,9 @@ class PipelineCut:
         if not counts[stage]:
             raise UsageError(f"pipeline stage {stage} ({', '.join(cut[stage])}) has no parameters; "
                              f"choose {arg('split_points')} so that every stage has some")
-        mine = parts[stage].to(topology.ctx.device)
+        mine = parts[stage]
+        if not any(t.is_meta for t in mine.parameters()):  # a meta-device build is materialised later
+            mine.to(topology.ctx.device)
         microbatches = config.option("microbatches") or stages
         schedule = config.option("schedule", "1f1b")
         part.module = part.model = mine

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from torch import nn
@@ -194,8 +194,9 @@ class Strategy:
         return ParallelConfig(self.name, self.options, topology, data_parallel=self.data_parallel(topology.dims),
                             pipeline=self.pipelined, local_devices=self.local_devices)
 
-    def setup(self, topology: Topology, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> Prepared:
-        return parallelize(self.configuration(topology), model, optimizer)
+    def setup(self, topology: Topology, model: nn.Module, optimizer: Optional[torch.optim.Optimizer],
+              meta_rng: Optional[torch.Tensor] = None, init_fn: Optional[Callable] = None) -> Prepared:
+        return parallelize(self.configuration(topology), model, optimizer, meta_rng, init_fn)
 
     def describe(self, topology: Topology) -> dict:
         """What the plan says, for summary.json (no model needed; no collective)."""

@@ -75,16 +75,30 @@ def full_parameters(model: nn.Module) -> dict:
             for name, p in model.named_parameters()}
 
 
-def train_with(run, name: str) -> tuple:
-    """STEPS optimizer steps through `run` on this process's data-parallel share of each global batch."""
-    model = MODELS[name]()
+def ordinary_build(name: str) -> dict:
+    """The initial parameters of an ordinary (whole, eager) build."""
+    return {n: p.detach().clone() for n, p in MODELS[name]().named_parameters()}
+
+
+def train_with(run, name: str, meta: bool = False) -> tuple:
+    """STEPS optimizer steps through `run` on this process's data-parallel share of each global
+    batch; the model built whole, or (meta) on the meta device and materialised by setup.
+    Returns (model, last loss, whether setup's initial weights equal an ordinary build's)."""
+    if meta:
+        with run.meta_device():
+            model = MODELS[name]()
+    else:
+        model = MODELS[name]()
     model, opt = run.setup(model, optimizer_for(model))
+    initial = full_parameters(run.unwrap(model))
+    ordinary = ordinary_build(name)
+    same_start = all(torch.equal(value, ordinary[key]) for key, value in initial.items())
     shard, shards = run.data_parallel_rank, run.data_parallel_size
     per = GLOBAL_BATCH // shards
     for inputs, targets in batches():
         loss = run.train_step(model, opt, inputs[shard * per:(shard + 1) * per],
                               targets[shard * per:(shard + 1) * per], loss_fn=loss_fn)
-    return model, loss
+    return model, loss, same_start
 
 
 def compare(run, model, loss, ref: dict) -> dict:
