@@ -39,6 +39,7 @@ from .devices import choose_device, pin_cores, threads_per_process
 from .environment import DistEnv, detect
 from .errors import UsageError, arg
 from .fault.start import backstop_timeout, start_watchdog
+from .memory import MemoryMeter
 from .parallel import ModelPart, Prepared, Topology
 from .parallel.model_state import ModuleState
 from .precision import LossScaler
@@ -76,6 +77,7 @@ class Run(RunCollectives):
         # fp16's loss scaling; where processes hold different gradients, they agree on overflow.
         self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
         self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
+        self.memory = MemoryMeter(ctx.device)  # made again once the process group is up (init)
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -304,12 +306,16 @@ class Run(RunCollectives):
         default the loss, and the accuracy when the model is a classifier (a tensor of
         logits, integer targets). The loss is `loss_fn(output, targets...)` (a mean over the
         batch) when given, else the model's own `output.loss`."""
-        with self.watch("evaluate"):
-            return evaluation.evaluate(self.prepared(model), dataset, batch_size=batch_size, loss_fn=loss_fn,
-                                       metrics=metrics, collate_fn=collate_fn, shard=self.data_parallel_rank,
-                                       num_shards=self.data_parallel_size, device=self.device,
-                                       all_reduce=self._all_reduce, reports=self.topology.reports_outputs,
-                                       loader_kwargs=loader_kwargs)
+        self.memory.snapshot()  # the training peak so far; evaluation's own is not training's
+        try:
+            with self.watch("evaluate"):
+                return evaluation.evaluate(self.prepared(model), dataset, batch_size=batch_size, loss_fn=loss_fn,
+                                           metrics=metrics, collate_fn=collate_fn, shard=self.data_parallel_rank,
+                                           num_shards=self.data_parallel_size, device=self.device,
+                                           all_reduce=self._all_reduce, reports=self.topology.reports_outputs,
+                                           loader_kwargs=loader_kwargs)
+        finally:
+            self.memory.reset_peak()
 
     # -- communication helpers ----------------------------------------------------------
     def watch(self, name: str):
@@ -379,9 +385,25 @@ class Run(RunCollectives):
                  "threads_per_process": self.threads, "data_parallel_size": self.data_parallel_size,
                  "pinned_cores": self.cores}
         facts.update(self.strategy.describe(self.topology))
+        facts.update(self._memory_per_rank())
         for prepared in self._prepared.values():
             facts.update(prepared.describe())
         return facts
+
+    def memory_stats(self) -> dict:
+        """This process's memory in bytes: `baseline_bytes` (at init, before the model was
+        built), `peak_bytes` (the most during training: evaluation left out), `current_bytes`;
+        on CUDA the allocator's figures (and `peak_reserved_bytes`), on a CPU resident memory."""
+        return self.memory.facts()
+
+    def _memory_per_rank(self) -> dict:
+        """Every rank's baseline and peak memory, in rank order (collective)."""
+        mine = self.memory.facts()
+        keys = [k for k in ("baseline_bytes", "peak_bytes", "peak_reserved_bytes") if mine.get(k) is not None]
+        values = self.gather(torch.tensor([[float(mine[k]) for k in keys]], dtype=torch.float64,
+                                          device=self.ctx.gather_device))
+        return {k.replace("_bytes", "_memory_bytes") if k != "peak_reserved_bytes" else "peak_memory_reserved_bytes":
+                [int(row[i]) for row in values.tolist()] for i, k in enumerate(keys)}
 
     def close(self) -> None:
         if not self._closed:
@@ -458,6 +480,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
     run._watchdog = start_watchdog(env, wait)
+    run.memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         run.trackers = open_trackers(trackers, where, active=run.is_main)

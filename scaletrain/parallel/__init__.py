@@ -9,12 +9,14 @@ this fixed order, each where the configuration enables it:
 2. local_devices   the classic single-process split over this process's devices (mp,
                    hybrid) or DataParallel's replicas (dp)
 3. tensor_parallel split each layer's matrices across the "tp" dimension
-4. compile         torch.compile block by block, in place
-5. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard")
+4. activation_checkpointing  keep only each block's input for backward, recompute the rest
+5. compile         torch.compile block by block, in place
+6. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard")
 
 Tensor parallel comes before FSDP because FSDP shards what tensor parallel has already
-split (2-D parameters), and compilation before the data-parallel wrappers so that their
-communication stays between the compiled blocks. A combination is a configuration — the
+split (2-D parameters); checkpointing wraps a block's whole computation, tensor parallel's
+collectives included, and is itself compiled; compilation comes before the data-parallel
+wrappers so that their communication stays between the compiled blocks. A combination is a configuration — the
 degrees and options a strategy preset fills in — not a class.
 
 Adding a parallelism is one module defining an object with `name`, `enabled(config)` and
@@ -30,6 +32,7 @@ from torch import nn
 
 from ..errors import UsageError
 
+from .checkpointing import ActivationCheckpointing
 from .compile import Compile
 from .data_parallel import DataParallel
 from .local_devices import LocalDevices
@@ -46,6 +49,7 @@ PARALLELISMS = [
     PipelineCut(),
     LocalDevices(),
     TensorParallel(),
+    ActivationCheckpointing(),
     Compile(),
     DataParallel(),
 ]

@@ -83,16 +83,25 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
     dims = topology.dims
     # HSDP's 2-D mesh (replicate, shard) where there are replicas; the shard dimension alone otherwise.
     mesh = topology.submesh("dp_replicate", "dp_shard") if dims.dp_replicate > 1 else topology.submesh("dp_shard")
-    policy = fsdp_policy(config.option("precision", "fp32"))
+    kwargs = {"mesh": mesh, "mp_policy": fsdp_policy(config.option("precision", "fp32"))}
+    reshard = config.option("reshard_after_forward")
+    if reshard is not None:
+        kwargs["reshard_after_forward"] = reshard
+    if config.option("offload", False):
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        kwargs["offload_policy"] = CPUOffloadPolicy()
     module = part.module
     blocks = model_blocks(module)
     for name in blocks:
-        fully_shard(module.get_submodule(name), mesh=mesh, mp_policy=policy)
-    fully_shard(module, mesh=mesh, mp_policy=policy)
+        fully_shard(module.get_submodule(name), **kwargs)
+    fully_shard(module, **kwargs)
     part.casts_itself = True
     part.no_sync = lambda: _fsdp_no_sync(module)
     kind = "replicated" if dims.dp_shard == 1 else "sharded"
-    part.facts.update({"sharded_blocks": blocks, "shards": dims.dp_shard, "replicas": dims.dp_replicate})
+    part.facts.update({"sharded_blocks": blocks, "shards": dims.dp_shard, "replicas": dims.dp_replicate,
+                       "reshard_after_forward": True if reshard is None else reshard,
+                       "offload": bool(config.option("offload", False))})
     how = (f"{dims.dp_shard} ways" if dims.dp_replicate == 1 else
            f"{dims.dp_shard} ways within each of {dims.dp_replicate} replica groups" if dims.dp_shard > 1 else
            f"across {dims.dp_replicate} replicas")

@@ -28,7 +28,8 @@ from ..options import build, check_choice, check_count, declared, option
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
 from ..parallel.dims import MESH_DIMS, ParallelDims, resolve_dims
 from ..precision import PRECISIONS
-from ..values import factory_name, positive_int
+from ..parallel.checkpointing import MODES as AC_MODES
+from ..values import factory_name, positive_int, reshard_value
 
 #: Degree options, as the strategies that take them name them.
 DEGREES = ("pp", "dp_replicate", "dp_shard", "tp")
@@ -45,10 +46,22 @@ class CommonOptions:
                                 "so the batch per optimizer step grows N times", metavar="N", parse=positive_int)
     compile: bool = option(False, "torch.compile each block of the model in place (names, sharding and unwrap "
                                   "unchanged); the first steps are slow while it compiles")
+    activation_checkpointing: str = option(
+        "none", "keep only each block's input for backward and compute the rest again there: full (every block), "
+                "selective (torch's operator policy: matrix products kept, the rest recomputed; or every k-th block "
+                "with ac_every), none", choices=AC_MODES)
+    ac_every: Optional[int] = option(None, "with activation_checkpointing selective: checkpoint every k-th block "
+                                           "whole instead of the operator policy", metavar="K", parse=positive_int)
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
         check_count("grad_accum", self.grad_accum, 1, "a whole number of micro-steps")
+        check_choice("activation_checkpointing", self.activation_checkpointing, AC_MODES)
+        if self.ac_every is not None:
+            check_count("ac_every", self.ac_every, 1, "a whole number of blocks")
+            if self.activation_checkpointing != "selective":
+                raise UsageError(f"{arg('ac_every', self.ac_every)} chooses blocks for "
+                                 f"{arg('activation_checkpointing', 'selective')}; give that too, or drop it")
 
 
 TP_HELP = ("tensor-parallel degree: each layer's matrices split N ways, by the model's own plan (stdlib-gpt; "
@@ -65,6 +78,12 @@ class MeshOptions(CommonOptions):
     tp: Optional[int] = option(None, TP_HELP, metavar="N", parse=positive_int)
     dp_replicate: Optional[int] = option(None, DP_REPLICATE_HELP, metavar="R", parse=positive_int)
     dp_shard: Optional[int] = option(None, DP_SHARD_HELP, metavar="S", parse=positive_int)
+    reshard_after_forward: Optional[Any] = option(
+        None, "FSDP after each block's forward: true frees the gathered parameters (ZeRO-3, least memory), false "
+              "keeps them for backward (ZeRO-2: one all-gather less per block), N keeps them sharded N ways "
+              "(in between; N divides dp_shard) (default true)", metavar="true|false|N", parse=reshard_value)
+    offload: bool = option(False, "FSDP keeps parameters, gradients and optimizer state in CPU memory between "
+                                  "uses (CUDA runs: frees GPU memory at the cost of copies)")
     parallelize: Optional[Any] = option(
         None, "your tensor-parallel plan, for a model without one: a function fn(model, tp_mesh) that applies "
               "torch.distributed.tensor.parallel.parallelize_module itself (library: the function; command line: "
@@ -75,6 +94,11 @@ class MeshOptions(CommonOptions):
         for name in ("tp", "dp_replicate", "dp_shard"):
             if getattr(self, name) is not None:
                 check_count(name, getattr(self, name), 1, "a whole number of processes")
+        if self.reshard_after_forward is not None:
+            try:
+                object.__setattr__(self, "reshard_after_forward", reshard_value(self.reshard_after_forward))
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"{arg('reshard_after_forward', self.reshard_after_forward)}: {exc}") from None
         if self.parallelize is not None and not callable(self.parallelize):
             try:  # a module:function name, imported where it is used
                 factory_name(self.parallelize)
@@ -174,7 +198,20 @@ class Strategy:
 
     def validate(self, ctx: ProcessContext) -> None:
         """Raise UsageError for a combination that cannot work (before any model exists)."""
-        self.dims(ctx.world_size, ctx.local_world_size)
+        dims = self.dims(ctx.world_size, ctx.local_world_size)
+        self.check_device(ctx.device.type)
+        reshard = getattr(self.options, "reshard_after_forward", None)
+        if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.dp_shard % reshard:
+            raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
+                             f"after forward, which must divide dp_shard ({dims.dp_shard}); use a divisor of it, or "
+                             f"true or false")
+
+    def check_device(self, device_type: str) -> None:
+        """Raise UsageError for options this device cannot honour."""
+        if getattr(self.options, "offload", False) and device_type != "cuda":
+            raise UsageError(f"{arg('offload')} moves FSDP's parameters, gradients and optimizer state from the GPU to "
+                             f"the CPU's memory, but this run is on the {device_type}, where they are already: drop "
+                             f"{arg('offload')}")
 
     def device_slot(self, local_rank: int, local_world_size: int) -> int:
         """Which of the machine's devices is this process's (first) one: its local rank,

@@ -98,7 +98,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                     if run.is_main and recorder.due(run.steps_taken):
                         reporter.step({**recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
                                                          optimizer.param_groups[0].get("lr")),
-                                       "wall_seconds": wall()})
+                                       "wall_seconds": wall(), "memory_bytes": run.memory.current()})
                     checkpoints.after_step(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps,
                                                                       "samples": samples})
             seconds = time.perf_counter() - epoch_start
