@@ -399,11 +399,12 @@ class Run(RunCollectives):
     def _memory_per_rank(self) -> dict:
         """Every rank's baseline and peak memory, in rank order (collective)."""
         mine = self.memory.facts()
-        keys = [k for k in ("baseline_bytes", "peak_bytes", "peak_reserved_bytes") if mine.get(k) is not None]
+        names = {"baseline_bytes": "baseline_memory_bytes", "peak_bytes": "peak_memory_bytes",
+                 "peak_reserved_bytes": "peak_memory_reserved_bytes", "data_segment_bytes": "data_segment_bytes"}
+        keys = [k for k in names if mine.get(k) is not None]
         values = self.gather(torch.tensor([[float(mine[k]) for k in keys]], dtype=torch.float64,
                                           device=self.ctx.gather_device))
-        return {k.replace("_bytes", "_memory_bytes") if k != "peak_reserved_bytes" else "peak_memory_reserved_bytes":
-                [int(row[i]) for row in values.tolist()] for i, k in enumerate(keys)}
+        return {names[k]: [int(row[i]) for row in values.tolist()] for i, k in enumerate(keys)}
 
     def close(self) -> None:
         if not self._closed:

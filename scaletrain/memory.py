@@ -85,4 +85,8 @@ class MemoryMeter:
         facts = {"baseline_bytes": self.baseline, "peak_bytes": self.peak(), "current_bytes": self.current()}
         if self.cuda:
             facts["peak_reserved_bytes"] = self.reserved_peak()
+        else:
+            # What a per-process data limit (ulimit -d, RLIMIT_DATA) counts: every private
+            # writable mapping, reserved or touched.
+            facts["data_segment_bytes"] = _status_kib("VmData")
         return facts

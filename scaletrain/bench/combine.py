@@ -17,7 +17,7 @@ from .spec import RunSpec
 
 #: Figures that are rates or whole step times (interval on a log scale), and parts of a step
 #: that may be zero (plain interval).
-_RATIO_FIGURES = ("samples_per_s", "step_s", "compute_s", "data_s", "optimizer_s")
+_RATIO_FIGURES = ("samples_per_s", "step_s", "compute_s", "data_s", "optimizer_s", "peak_memory_bytes")
 _PLAIN_FIGURES = ("exposed_comm_s", "idle_s", "eval_accuracy", "eval_loss")
 _FACTS = ("threads_per_process", "global_batch_size", "lr_factor", "lr", "lr_warmup_steps", "backend", "device",
           "pinned_cores", "mesh", "parallel_dims", "microbatches", "schedule")
@@ -38,6 +38,8 @@ def _figures(runs: list[dict]) -> dict[str, Spread]:
     row = {}
     for key in _RATIO_FIGURES + _PLAIN_FIGURES:
         values = [r.get(key) for r in runs]
+        if key == "peak_memory_bytes":  # the largest process's, each round
+            values = [max(v) if v else None for v in values]
         spread = (ratio_spread if key in _RATIO_FIGURES else plain_spread)(values)
         if spread is not None:
             row[key] = spread

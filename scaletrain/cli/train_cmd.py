@@ -33,7 +33,7 @@ from .fault_options import (add_fault_arguments, check_continuable, check_fault_
 from .outdir import check_out, create_out, default_out, hold_out, owned_by_parent, refuse_if_held
 from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, common_option_defaults, strategy_options_from_args
-from .perf_options import add_perf_arguments, apply_perf_options
+from .perf_options import add_memory_arguments, add_perf_arguments, apply_perf_options
 from .track_options import add_track_arguments, track_config
 
 NAME = "train"
@@ -80,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fault_arguments(p)
     add_strategy_arguments(p)
     add_perf_arguments(p)
+    add_memory_arguments(p)
     add_track_arguments(p)
 
 
@@ -135,6 +136,7 @@ def validate(config: TrainConfig, nproc: int, here: bool = True):
     if here:
         device = choose_device(config.device, 0)
         choose_backend(config.backend, device.type)
+        strategy.check_device(device.type)
     check_trackers(config.trackers)
     workload = get_workload(config.workload, config.model, config.dataset)
     model = workload.build_model()
@@ -207,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
     if not node_rank and not out_may_hold_files(args, out):
         check_out(out)
     recorded = record(args, nproc_per_node=recorded_nproc(args, nproc))
+    del model  # built for the checks only: a run in this process builds its own
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
         with hold_out(out, out_may_hold_files(args, out)):
             config_file.write(out / CONFIG_FILE, recorded)

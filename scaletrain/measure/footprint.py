@@ -4,7 +4,7 @@ every device and needs no allocator statistics."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
@@ -37,6 +37,14 @@ class Footprint:
     block_tp_reduce_bytes_per_sample: tuple = ()
     """Per unit, the bytes per sample tensor parallel all-reduces in one forward: the outputs
     of its row-wise layers (backward all-reduces as many, at the column-wise layers' inputs)."""
+    block_activation_bytes_per_sample: tuple = ()
+    """Per unit, the bytes per sample its forward keeps for backward (a pipeline stage keeps
+    its units')."""
+    checkpointed_activation_bytes_per_sample: dict = field(default_factory=dict)
+    """What forward keeps per sample under activation checkpointing, by mode ("full":
+    each block's input; "selective": its input and the outputs of its matrix products)."""
+    largest_tensor_bytes: int = 0
+    """The largest parameter: its gradient's temporary before it lands where it lives."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -141,11 +149,89 @@ def tensor_parallel_bytes(model: nn.Module, inputs: torch.Tensor) -> tuple[tuple
     return tuple(params), tuple(reduces)
 
 
+def _saved_by_unit(model: nn.Module, runs: list[Callable], inputs: torch.Tensor, targets, loss_fn) -> list[int]:
+    """Bytes each unit's forward saves for backward (storages counted once, parameters not)."""
+    current = [0]
+    saved: dict[int, tuple[int, int]] = {}  # storage -> (unit, bytes)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def pack(t: torch.Tensor):
+        key = t.untyped_storage().data_ptr()
+        if key not in saved and key not in params:
+            saved[key] = (current[0], t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        x = inputs
+        for i, run in enumerate(runs):
+            current[0] = i
+            x = run(x)
+        loss = loss_fn(x, targets)
+    del loss
+    totals = [0] * len(runs)
+    for unit, nbytes in saved.values():
+        totals[unit] += nbytes
+    return totals
+
+
+def _unit_inputs(runs: list[Callable], inputs: torch.Tensor) -> list[int]:
+    """Bytes of each unit's input tensor (what checkpointing keeps of it)."""
+    sizes, x = [], inputs
+    with torch.no_grad():
+        for run in runs:
+            sizes.append(x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0)
+            x = run(x)
+    return sizes
+
+
+def _kept_by_policy(model: nn.Module, inputs: torch.Tensor) -> int:
+    """Bytes of the outputs selective checkpointing keeps (matrix products, attention)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ..parallel.checkpointing import kept_ops
+
+    keep, total = kept_ops(), [0]
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in keep:
+                first = out[0] if isinstance(out, (tuple, list)) else out
+                if isinstance(first, torch.Tensor):
+                    total[0] += first.numel() * first.element_size()
+            return out
+
+    with torch.enable_grad(), Count():
+        model(inputs)
+    return total[0]
+
+
+def checkpointed_activations(model: nn.Module, runs: list[Callable], inputs: torch.Tensor, per_unit: list[int]
+                             ) -> dict:
+    """What forward keeps under each activation checkpointing mode, per sample: the blocks'
+    inputs (and, selective, their matrix products' outputs), and whole what is not a block."""
+    from ..parallel.blocks import model_blocks
+
+    blocks = set(model_blocks(model))
+    _, units = model_units(model)
+    names = [{n for n, m in model.named_modules() if m in unit} for unit in units]
+    checkpointed = [bool(n & blocks) for n in names]
+    inputs_kept = _unit_inputs(runs, inputs)
+    outside = sum(saved for saved, c in zip(per_unit, checkpointed) if not c)
+    full = outside + sum(size for size, c in zip(inputs_kept, checkpointed) if c)
+    selective = full + _kept_by_policy(model, inputs)
+    n = max(1, len(inputs))
+    return {"full": full / n, "selective": selective / n}
+
+
 def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs, targets, loss_fn) -> Footprint:
     """Call after at least one optimizer step, so that the optimizer's state exists."""
     blocks = block_bytes(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     tp_params, tp_reduces = tensor_parallel_bytes(model, inputs)
+    runs, _ = model_units(model)
+    per_unit = _saved_by_unit(model, runs, inputs, targets, loss_fn)
+    n = max(1, len(targets))
     return Footprint(
         param_bytes=tensor_bytes(model.parameters()),
         grad_bytes=tensor_bytes(trainable),
@@ -157,4 +243,7 @@ def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs
         boundary_bytes_per_sample=boundary_bytes(model, inputs) / max(1, len(targets)),
         block_tp_param_bytes=tp_params,
         block_tp_reduce_bytes_per_sample=tp_reduces,
+        block_activation_bytes_per_sample=tuple(b / n for b in per_unit),
+        checkpointed_activation_bytes_per_sample=checkpointed_activations(model, runs, inputs, per_unit),
+        largest_tensor_bytes=max((tensor_bytes([p]) for p in trainable), default=0),
     )

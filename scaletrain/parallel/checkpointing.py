@@ -26,14 +26,19 @@ from .part import ModelPart, ParallelConfig
 MODES = ("none", "full", "selective")
 
 
+def kept_ops() -> set:
+    """The operators whose outputs selective checkpointing keeps: the costly ones."""
+    aten = torch.ops.aten
+    return {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.linear.default,
+            aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default,
+            aten._scaled_dot_product_flash_attention_for_cpu.default, aten.convolution.default}
+
+
 def _save_expensive_ops():
     """torch's selective policy: keep what is costly to compute again, recompute the rest."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    aten = torch.ops.aten
-    keep = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.linear.default,
-            aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default,
-            aten._scaled_dot_product_flash_attention_for_cpu.default, aten.convolution.default}
+    keep = kept_ops()
 
     def policy(ctx, op, *args, **kwargs):
         return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE

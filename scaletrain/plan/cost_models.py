@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 from . import formulas as f
 from .configuration import Configuration
+from .memory_model import peak_bytes
 from .probe import Probe
 from .scenario import Options, Scenario, compute_at, one_process_threads
 from .stages import stage_costs, stage_groups
@@ -177,7 +178,9 @@ def _data_parallel_comm(probe: Probe, s: Scenario, config: Configuration, held_b
         return 0.0
     grad_bytes = held_bytes * fp.grad_bytes / max(1, fp.param_bytes)
     shard = s.group(dims.dp_shard * dims.tp)
-    comm = f.fsdp_comm_seconds(held_bytes, grad_bytes, dims.dp_shard, units, shard.busbw(largest_unit), shard.alpha_s)
+    gathers = 1 if config.options.get("reshard_after_forward") is False else 2
+    comm = f.fsdp_comm_seconds(held_bytes, grad_bytes, dims.dp_shard, units, shard.busbw(largest_unit), shard.alpha_s,
+                               gathers)
     if dims.dp_replicate > 1:
         replicas = s.group(dims.world_size // dims.pp)
         piece = grad_bytes / dims.dp_shard
@@ -204,7 +207,7 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
     groups = stage_groups(probe.block_params or tuple(fp.block_param_bytes), dims.pp) if config.pipelined else [blocks]
     if groups is None:
         return None  # more stages than the model has blocks
-    # The heaviest stage sets the pace and the memory; under tensor parallel a process holds its share of it.
+    # The heaviest stage sets the pace; under tensor parallel a process holds its share of it.
     stage = max(groups, key=lambda g: sum(fp.block_param_bytes[i] for i in g))
     stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
     tp_share = _tp_share(fp, dims.tp, stage)
@@ -233,7 +236,8 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
     hideable = (BACKWARD_SHARE if config.data_parallel == "ddp" else 1.0) * c.fb_s * tp_share
     exposed = f.exposed_seconds(dp_comm, hideable, o.overlap) + tp_comm + transfer
     cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer, "exposed": exposed,
-            "batch": per_process * dims.dp_size, "memory": _mesh_memory(probe, config, stage_fraction * tp_share, largest)}
+            "batch": per_process * dims.dp_size,
+            "memory": _stage_peak(probe, config, groups)}
     if config.data_parallel == "ddp" and dims.enabled() in ((), ("dp_replicate",)):
         measured = measured_ddp_exposed(probe, s)
         if measured is not None:
@@ -245,24 +249,27 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
     return cost
 
 
-def _mesh_memory(probe: Probe, config: Configuration, share: float, largest_unit: float) -> float:
-    """A process's parameters, gradients and optimizer state (its stage, its tensor-parallel
-    share, 1/dp_shard of it under FSDP with one unit gathered whole), and its activations (a
-    pipeline keeps those of the micro-batches in flight)."""
+def _stage_peak(probe: Probe, config: Configuration, groups: list[list[int]]) -> float:
+    """The largest of the processes' peaks: each stage's share, its blocks, its place in the pipeline."""
     fp = probe.footprint
-    dims = config.dims
-    states = share * (fp.param_bytes + fp.grad_bytes + fp.optimizer_bytes)
-    activations = _activations(probe)
-    if config.pipelined:
-        in_flight = min(dims.pp, config.microbatches) / config.microbatches
-        activations = activations / dims.pp * in_flight
-    if config.data_parallel == "fsdp":
-        return states / dims.dp_shard + 2 * largest_unit + activations
-    return states + activations
+    peaks = []
+    for index, group in enumerate(groups):
+        fraction = sum(fp.block_param_bytes[i] for i in group) / max(1, fp.param_bytes)
+        share = _tp_share(fp, config.dims.tp, group)
+        largest = max(fp.block_param_bytes[i] for i in group) * share
+        peaks.append(peak_bytes(probe, config, group, fraction, share, largest, index))
+    return max(peaks)
 
 
 def _classic(model: Callable[[Probe, Scenario, Options], Optional[dict]]):
-    return lambda probe, s, o, config: model(probe, s, o)
+    """A classic one-process cost model; its memory the process's peak (memory_model), except
+    where a model split over GPUs puts a part on each device."""
+    def cost(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optional[dict]:
+        found = model(probe, s, o)
+        if found is not None and not (config.local_devices == "split" and probe.device_type == "cuda"):
+            found["memory"] = peak_bytes(probe, config)
+        return found
+    return cost
 
 
 #: The cost model of each strategy: the classic one-process ones of their own, every configuration of

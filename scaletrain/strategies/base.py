@@ -180,7 +180,12 @@ class Strategy:
     # -- checks, before any process or model exists where possible --------------------------
     def check_world_size(self, world_size: int) -> None:
         """Raise UsageError when this strategy cannot run on `world_size` processes."""
-        self.dims(world_size)
+        dims = self.dims(world_size)
+        reshard = getattr(self.options, "reshard_after_forward", None)
+        if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.dp_shard % reshard:
+            raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
+                             f"after forward, which must divide dp_shard ({dims.dp_shard}); use a divisor of it, or "
+                             f"true or false")
 
     def check_model(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
         """Raise UsageError for a model or batch size this strategy cannot split. `model` may
@@ -198,13 +203,9 @@ class Strategy:
 
     def validate(self, ctx: ProcessContext) -> None:
         """Raise UsageError for a combination that cannot work (before any model exists)."""
-        dims = self.dims(ctx.world_size, ctx.local_world_size)
+        self.dims(ctx.world_size, ctx.local_world_size)
+        self.check_world_size(ctx.world_size)
         self.check_device(ctx.device.type)
-        reshard = getattr(self.options, "reshard_after_forward", None)
-        if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.dp_shard % reshard:
-            raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
-                             f"after forward, which must divide dp_shard ({dims.dp_shard}); use a divisor of it, or "
-                             f"true or false")
 
     def check_device(self, device_type: str) -> None:
         """Raise UsageError for options this device cannot honour."""

@@ -93,6 +93,7 @@ class PipelineStrategy(Strategy):
             raise UsageError(f"{arg('split_points')} makes {stages} stages, which does not divide the {world_size} "
                              f"processes; use a world size that is a multiple of {stages} (e.g. "
                              f"{arg('nproc_per_node', stages)})")
+        super().check_world_size(world_size)
         dims = self.dims(world_size)
         m = self.microbatches(world_size)
         if self.options.schedule == "1f1b" and m < dims.pp:

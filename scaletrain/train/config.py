@@ -52,6 +52,9 @@ class TrainConfig:
     """How long a rank waits for its peers before naming the missing ones and exiting."""
     pin_cores: bool = True
     """Bind each process of a node to its own cores (see `scaletrain.devices.pin_cores`)."""
+    meta_init: str = "auto"
+    """Build the model on the meta device and give each process only its share: auto (where no
+    process holds the whole model and the model can initialise itself there), always, never."""
     strategy_options: dict = field(default_factory=dict)
     """Options particular to the strategy."""
     trackers: list = field(default_factory=list)

@@ -3,6 +3,7 @@ exactly as a user's own loop would be."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from datetime import timedelta
@@ -13,6 +14,7 @@ import torch
 from ..version import __version__
 from ..api import init
 from ..batches import batch_size_of
+from ..parallel.meta_init import uninitialisable
 from ..errors import UsageError, arg
 from ..startup import command_age
 from ..workloads import get_workload
@@ -37,9 +39,10 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         task = get_task(config.task or workload.task or derive(train_set[0]))
-        model = workload.build_model()
-        optimizer = adam(model.parameters(), lr=lr)
-        model, optimizer = run.setup(model, optimizer)
+        with fits_in_memory(run):
+            model = build_model(run, workload, config.meta_init)
+            optimizer = adam(model.parameters(), lr=lr)
+            model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
         epochs, last_step = training_length(config, workload.epochs, len(loader), run.strategy.grad_accum)
         reporter = Reporter(run.is_main, out, run.trackers)
@@ -142,6 +145,33 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
         }
         reporter.finish(summary)
         return summary
+
+
+def build_model(run, workload, meta_init: str):
+    """The workload's model: on the meta device where the run shards it (no process holds it
+    whole: each materialises its own share at setup) and the model's own code can initialise
+    it there, else whole. `meta_init`: auto, always or never."""
+    if meta_init == "never" or (meta_init == "auto" and not run.topology.shards_state):
+        return workload.build_model()
+    with run.meta_device():
+        model = workload.build_model()
+    if meta_init == "auto" and uninitialisable(model):
+        return workload.build_model()  # an ordinary build draws the same numbers: none were drawn on meta
+    return model
+
+
+@contextlib.contextmanager
+def fits_in_memory(run):
+    """The model not fitting this process's memory, in one line with what would make it fit."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "can't allocate memory" not in str(exc) and "out of memory" not in str(exc).lower():
+            raise
+        raise UsageError(f"the model does not fit this process's memory ({str(exc).splitlines()[0].strip()}); shard it "
+                         f"over more processes ({arg('strategy', 'fsdp')} with a larger {arg('nproc_per_node')}), "
+                         f"checkpoint activations ({arg('activation_checkpointing', 'full')}), or see what fits with "
+                         f"`scaletrain plan --device-memory-gb`") from None
 
 
 def training_length(config: TrainConfig, default_epochs: int, steps_per_epoch: int, grad_accum: int) -> tuple[int, int]:

@@ -69,6 +69,8 @@ def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4) -> nn.Sequential:
     return nn.Sequential(Embedding(width), *[Block(width, heads) for _ in range(layers)], Head(width))
 
 
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over every position (logits (B, T, V), targets (B, T))."""
+def lm_loss(output, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every position (logits (B, T, V), or a model output holding them as
+    `.logits`, as a Hugging Face causal LM returns; targets (B, T))."""
+    logits = getattr(output, "logits", output)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device))
