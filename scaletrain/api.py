@@ -120,6 +120,7 @@ class Run(RunCollectives):
         weights an ordinary build would have had (each module's `reset_parameters`, a Hugging
         Face model's `_init_weights`; or `init_fn(module)`, called on every module)."""
         prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
+        self.scaler.sharded = self.topology.gradients_differ  # a strategy may settle its dimensions here (auto)
         self._prepared[id(prepared.model)] = prepared
         for line in prepared.banner:
             self.print(f"scaletrain: {line}")

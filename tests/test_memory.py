@@ -100,3 +100,14 @@ def test_plan_memory_counts_shares_checkpointing_and_fsdp_gathers():
     assert in_use(p, ddp, units, 1.0, 1.0, 4e6)["activations"] == pytest.approx(1000 * 32)
     keep = configuration("fsdp", 2, {"reshard_after_forward": False})
     assert peak_bytes(p, keep) > peak_bytes(p, fsdp)
+
+
+def test_library_auto_shards_only_what_does_not_fit():
+    from scaletrain.strategies.auto import data_parallel_for
+
+    assert data_parallel_for(100, 200, 4) == "ddp" and data_parallel_for(300, 200, 4) == "fsdp"
+    assert data_parallel_for(300, 200, 1) == "ddp"  # one process: nothing to shard over
+    with scaletrain.init("auto", environ={}) as run:
+        model = run.setup(nn.Linear(4, 2))
+        assert run.describe()["strategy"] == "auto" and run.describe()["mesh"] == "1 process"
+        assert run.unwrap(model).weight.shape == (2, 4)

@@ -20,6 +20,7 @@ from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
 
 NAME = "plan"
+DEFAULT_WORLD_SIZES = "1,2,8,16,64"
 HELP = "predict speedup, efficiency and memory per device for each strategy and world size, before running"
 
 
@@ -93,7 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, "synthetic-cnn")
     p.add_argument("--strategy", default=",".join(COST_MODELS),
                    help=f"comma-separated strategies to predict (default: {','.join(COST_MODELS)})")
-    p.add_argument("--world-sizes", default="1,2,8,16,64", help="process counts to predict (default 1,2,8,16,64)")
+    p.add_argument("--world-sizes", default=DEFAULT_WORLD_SIZES,
+                   help=f"process counts to predict (default {DEFAULT_WORLD_SIZES})")
     add_prediction_arguments(p)
     add_layout_arguments(p)
     p.add_argument("--steps", type=positive_int, default=20,
@@ -105,6 +107,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"over them is the expected error (default {PLAN_PROBE_ROUNDS})")
     p.add_argument("--threads", type=positive_int,
                    help="(launched) CPU threads per process of this probe job (default: cores ÷ processes)")
+    p.add_argument("--choose", action="store_true",
+                   help="choose the fastest configuration that fits the memory for the world size given (one "
+                        "--world-sizes value; default: this machine's processes): every strategy and composition × "
+                        "degrees × micro-batches × activation checkpointing, from measurements cached per model, "
+                        "batch, world and machine")
     p.add_argument("--json", action="store_true", help="print the measurements and predictions as JSON")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="also write the JSON to FILE (launched: this probe job's measurements)")
@@ -188,6 +195,8 @@ def plan_here(args: argparse.Namespace) -> int:
 
     device = None if args.device == "auto" else args.device
     device_type = choose_device(device, 0).type
+    if args.choose:
+        return choose_here(args, device_type)
     world_sizes = parse_int_list(args.world_sizes, "--world-sizes")
     strategies = [s for s in parse_strategies(args.strategy, tuple(COST_MODELS)) if s in COST_MODELS]
     if not strategies:
@@ -232,3 +241,58 @@ def check_out_file(path: Path | None) -> None:
     parent = path.expanduser().absolute().parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UsageError(f"--out {path}: folder {parent} does not exist or cannot be written; choose another --out")
+
+
+def measured_probes(args: argparse.Namespace, workload_name: str, world_size: int, options, device_type: str,
+                    say=print) -> list:
+    """The probes a choice predicts from: cached for this model, batch, world and machine, or
+    measured now (and cached)."""
+    import tempfile
+
+    from ..plan.choose import cache_key, cached_probes, store_probes
+    from ..plan.make import probe_plan
+
+    spec = probe_spec(args, args.workload)
+    key = cache_key(spec, world_size, options.nproc_per_node, device_type, options.cores)
+    probes = cached_probes(key)
+    if probes:
+        say(f"scaletrain: using the measurements made earlier for this model, batch and machine (cache {key})")
+        return probes
+    say(f"scaletrain: measuring {workload_name} for a choice ({args.probe_rounds} round(s))")
+    jobs = probe_plan(workload_name, spec, sorted({1, world_size}), options, device_type, None)
+    with tempfile.TemporaryDirectory(prefix="scaletrain-choose-") as tmp:
+        probes = [jobs.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1) for i in range(args.probe_rounds)]
+    store_probes(key, probes)
+    return probes
+
+
+def choose_here(args: argparse.Namespace, device_type: str) -> int:
+    from ..plan.choose import choose
+
+    sizes = parse_int_list(args.world_sizes, "--world-sizes") if args.world_sizes != DEFAULT_WORLD_SIZES else []
+    options = options_from_args(args, device_type)
+    if len(sizes) > 1:
+        raise UsageError(f"--choose picks a configuration for one world size; give one --world-sizes value "
+                         f"(e.g. --world-sizes {sizes[-1]})")
+    world = sizes[0] if sizes else options.nproc_per_node
+    check_out_file(args.out)
+    workload = workload_from_args(args)
+    probes = measured_probes(args, workload.name, world, options, device_type,
+                             say=(lambda text: None) if args.json else print)
+    choice = choose(probes, world, args.batch_size, options)
+    document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
+                "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,
+                "rejected_for_memory": choice.rejected_for_memory, "considered": choice.considered,
+                "speedup_interval": choice.speedup_interval, "lines": choice.lines()}
+    if args.out is not None:
+        from ..files import write_json_atomic
+
+        write_json_atomic(args.out, document)
+    if args.json:
+        print(json.dumps(document, indent=2, sort_keys=True, default=str))
+    else:
+        for line in choice.lines():
+            print(line)
+        if choice.chosen:
+            print(f"Train with it: scaletrain train --nproc-per-node {world} {' '.join(choice.flags())}")
+    return 0 if choice.chosen else 1

@@ -45,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"take the settings from a YAML or TOML file whose keys are these flags' long names with _ "
                         f"for - (batch_size: 64); flags given here override it. Every run writes its own as "
                         f"OUT/{CONFIG_FILE}: --config runs/X/{CONFIG_FILE} repeats run X")
-    p.add_argument("--strategy", choices=strategy_names(), metavar="NAME",
-                   help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}. "
+    p.add_argument("--strategy", choices=[*strategy_names(), "auto"], metavar="NAME",
+                   help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}; "
+                        f"auto (a short measurement, every configuration that fits predicted, the fastest chosen). "
                         f"Default: ddp, or what the degrees given imply (--pp: pipeline; --dp-shard or --dp-replicate: "
                         f"fsdp; --tp: tp)")
     p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
@@ -76,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
+    p.add_argument("--auto-choice", help=argparse.SUPPRESS)  # why --strategy auto chose what this run trains
     add_launch_arguments(p, "one per GPU, else one per CPU core; 1 for one-process strategies")
     add_fault_arguments(p)
     add_strategy_arguments(p)
@@ -113,7 +115,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                          lr=args.lr, task=None if args.task == "auto" else args.task,
                          clip_grad_norm=args.clip_grad_norm, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
                          device=None if args.device == "auto" else args.device, threads=args.threads,
-                         strategy_options=options, **fault_config(args),
+                         strategy_options=options, auto_choice=getattr(args, "auto_choice", None), **fault_config(args),
                          **track_config(args))
     return apply_perf_options(args, config)
 
@@ -121,7 +123,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def default_nproc(strategy: str) -> int:
     import torch
 
-    if not REGISTRY[strategy].multi_process:
+    if strategy in REGISTRY and not REGISTRY[strategy].multi_process:
         return 1
     return torch.cuda.device_count() or cpu_cores()
 
@@ -194,6 +196,13 @@ def run(args: argparse.Namespace) -> int:
     if env.launched and not node_agent:  # we are one rank of a job someone else started
         return run_rank(args, env, config)
     nproc = args.nproc_per_node or default_nproc(config.strategy)
+    if config.strategy == "auto":
+        from .auto_choice import resolve_auto
+
+        args.auto_choice = " ".join(resolve_auto(args, nproc))
+        for line in args.auto_choice.split(". "):
+            print(f"scaletrain: {line.rstrip('.')}.", flush=True)
+        config = config_from_args(args)
     strategy, model = validate(config, nproc, here=not runs_elsewhere(args))
     resolve_workload_defaults(config, args)
     check_fault_flags(args, env, args.out)

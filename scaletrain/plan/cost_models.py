@@ -188,6 +188,21 @@ def _data_parallel_comm(probe: Probe, s: Scenario, config: Configuration, held_b
     return comm
 
 
+#: Share of forward + backward that activation checkpointing computes again: forward is about a
+#: third of it; the operator-level policy recomputes only cheap operations.
+RECOMPUTED = {"full": 1 / 3, "selective": 0.1}
+
+
+def recompute_seconds(config: Configuration, forward_backward_s: float) -> float:
+    """What activation checkpointing adds to a step: the checkpointed blocks' forward again."""
+    mode = config.options.get("activation_checkpointing", "none")
+    if mode == "none":
+        return 0.0
+    every = config.options.get("ac_every")
+    share = RECOMPUTED["full"] / every if every else RECOMPUTED[mode]
+    return share * forward_backward_s
+
+
 def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optional[dict]:
     """Any configuration of the mesh (ddp, fsdp, tp, pipeline and their compositions), one dimension
     at a time: the pipeline's stages and bubble set the compute (each stage's measured
@@ -227,6 +242,7 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
         compute = c.step_s - c.fb_s * (1 - tp_share) - c.optimizer_s * (1 - state_share)
         transfer = 0.0
         tp_comm = _tp_comm(probe, s, config, stage, per_process, 1)
+    compute += recompute_seconds(config, c.fb_s * tp_share)
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
     largest = max(fp.block_param_bytes[i] for i in stage) * tp_share
     dp_comm = _data_parallel_comm(probe, s, config, held, grads, len(stage), largest)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError, arg
 from ..parallel import Prepared
+from .auto import AutoStrategy
 from .base import CommonOptions, MeshOptions, Strategy
 from .ddp import DDPStrategy
 from .dp import DataParallelStrategy
@@ -27,7 +28,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
 
 
 for _cls in (SingleStrategy, DataParallelStrategy, ModelParallelStrategy, DDPStrategy, HybridStrategy,
-             PipelineStrategy, FSDPStrategy, TensorParallelStrategy):
+             PipelineStrategy, FSDPStrategy, TensorParallelStrategy, AutoStrategy):
     register(_cls)
 
 

@@ -52,6 +52,8 @@ class TrainConfig:
     """How long a rank waits for its peers before naming the missing ones and exiting."""
     pin_cores: bool = True
     """Bind each process of a node to its own cores (see `scaletrain.devices.pin_cores`)."""
+    auto_choice: Optional[str] = None
+    """Why `--strategy auto` chose this run's strategy and options (the plan's two lines)."""
     meta_init: str = "auto"
     """Build the model on the meta device and give each process only its share: auto (where no
     process holds the whole model and the model can initialise itself there), always, never."""

@@ -124,6 +124,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
             "workload": workload.name,
             "epochs": epochs,
             "optimizer_steps": run.steps_taken // run.strategy.grad_accum,
+            **({"auto_choice": config.auto_choice} if config.auto_choice else {}),
             "max_steps": config.max_steps,
             "batch_size_per_process": config.batch_size,
             "global_batch_size": global_batch,
