@@ -77,13 +77,20 @@ def to_argv(settings: BenchSettings, spec: RunSpec) -> list[str]:
 
 
 def option_flags(options: dict) -> list[str]:
-    """Strategy options as the flags that give them (`{"microbatches": 8}` -> `--microbatches 8`)."""
+    """Strategy options as the flags that give them (`{"microbatches": 8}` -> `--microbatches 8`;
+    a switch, an option whose default is false, as the bare flag)."""
+    from ..options import declared
+    from ..strategies import REGISTRY
+
+    switches = {f.name for cls in REGISTRY.values() for f in declared(cls.Options) if f.default is False}
     argv = []
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif value not in (None, False):
+        if name in switches:
+            argv += [flag] if value else []
+        elif isinstance(value, bool):
+            argv += [flag, str(value).lower()]
+        elif value is not None:
             argv += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
     return argv
 

@@ -191,7 +191,7 @@ def plan_here(args: argparse.Namespace) -> int:
     from ..plan.probe import load_comm_json
     from ..plan.report import print_plan
     from ..plan.summary import expected_error, key, median_predictions, median_probe, step_spreads
-    from ..plan.verdict import error_line, verdicts
+    from ..plan.verdict import error_line, fit_advice, verdicts
 
     device = None if args.device == "auto" else args.device
     device_type = choose_device(device, 0).type
@@ -215,6 +215,7 @@ def plan_here(args: argparse.Namespace) -> int:
     predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options, shapes) for p in probes])
     probe = median_probe(probes)
     conclusions = verdicts(predictions, options.device_memory_bytes) + \
+        fit_advice(median_probe(probes), predictions, options, shapes) + \
         [error_line(expected_error(spreads), len(probes))]
     document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "options": options.__dict__,
                 "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p)))}
@@ -283,7 +284,8 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
     document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
                 "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,
                 "rejected_for_memory": choice.rejected_for_memory, "considered": choice.considered,
-                "speedup_interval": choice.speedup_interval, "lines": choice.lines()}
+                "speedup_interval": choice.speedup_interval, "lines": choice.lines(),
+                "candidates": [p.as_dict() for p in choice.candidates]}
     if args.out is not None:
         from ..files import write_json_atomic
 

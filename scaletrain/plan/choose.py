@@ -61,6 +61,8 @@ class Choice:
     runner_up: Optional[Prediction]
     rejected_for_memory: list = field(default_factory=list)
     considered: int = 0
+    candidates: list = field(default_factory=list)
+    """Every prediction made (fitting or not), fastest first: what an exhaustive search would measure."""
     speedup_interval: Optional[tuple] = None
 
     def flags(self) -> list[str]:
@@ -107,19 +109,20 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
     tensor_parallel = bool(fp.block_tp_param_bytes)
     found = candidates(world_size, batch_size, len(fp.block_param_bytes), tensor_parallel)
     predicted: list[tuple[Prediction, list[float]]] = []
-    rejected = []
+    rejected, every = [], []
     for name, chosen_options in found:
         rounds = [p for p in (predict(pr, name, world_size, options, chosen_options) for pr in probes) if p]
         if not rounds:
             continue
         middle = sorted(rounds, key=lambda p: p.samples_per_s)[len(rounds) // 2]
+        every.append(middle)
         if not middle.fits:
             rejected.append(f"{name} {_short(chosen_options)} needs {middle.memory_bytes / 1e6:,.0f} MB".strip())
             continue
         predicted.append((middle, [p.speedup for p in rounds]))
     predicted.sort(key=lambda item: item[0].samples_per_s, reverse=True)
     choice = Choice(predicted[0][0] if predicted else None, predicted[1][0] if len(predicted) > 1 else None,
-                    rejected, len(found))
+                    rejected, len(found), sorted(every, key=lambda p: p.samples_per_s, reverse=True))
     if predicted and len(predicted[0][1]) >= 2:
         speedups = predicted[0][1]
         choice.speedup_interval = (min(speedups), max(speedups)) if len(speedups) < 3 else \
