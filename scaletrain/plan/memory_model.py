@@ -18,6 +18,10 @@ from . import formulas as f
 from .configuration import Configuration
 from .probe import Probe
 
+#: A checkpointed block's backward: its activations computed again, and their gradients
+#: alongside (on stdlib-gpt and a Llama, about 1.5 times the block's saved activations).
+RECOMPUTE_HEIGHT = 1.5
+
 #: Buffers a ring all-reduce of one bucket allocates (send, receive, reduce), measured on
 #: Gloo: a DDP process of two held three of its largest bucket more than one of one.
 COMM_BUFFERS = 3
@@ -39,7 +43,9 @@ def activation_bytes(probe: Probe, config: Configuration, units: list[int], shar
     if every:  # every k-th block whole-checkpointed: that share of the blocks' savings
         kept = whole - (whole - fp.checkpointed_activation_bytes_per_sample.get("full", whole)) / every
     fraction = mine / whole if whole else 1.0
-    recomputed = max((per_unit[i] for i in units), default=0.0) if per_unit else 0.0
+    # Backward computes one block's activations again and, going through it, their gradients:
+    # measured, about half as much again as the block's activations at their height.
+    recomputed = RECOMPUTE_HEIGHT * max((per_unit[i] for i in units), default=0.0) if per_unit else 0.0
     return (kept * fraction + recomputed) * samples * share
 
 
