@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -38,12 +39,15 @@ MODELS = {
     "llama": {"flags": ["--workload", "stdlib-gpt", "--model", "memory_models:llama", "--batch-size", "32"],
               "composition": ("fsdp", 4, {"tp": 2})},
 }
+#: For reshard_after_forward: many equal blocks (16 of 2048², 270 MB), where keeping them gathered shows.
+DEEP = {"flags": ["--workload", "synthetic-mlp", "--model", "memory_models:deep_mlp", "--batch-size", "32"],
+        "env": {"SCALETRAIN_BIG_BLOCKS": "16", "SCALETRAIN_BIG_WIDTH": "2048"}}
 STRATEGIES = [("single", 1, {}), ("ddp", 2, {}), ("fsdp", 2, {}), ("pipeline", 2, {})]
 
 
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _run(argv: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], cwd=HERE, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env={**os.environ, **(env or {})})
     if done.returncode != 0:
         raise RuntimeError(f"scaletrain {' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     return done
@@ -59,17 +63,19 @@ def probe_for(model: str, folder: Path):
     from scaletrain.plan.probe import probe_from_dict
 
     out = folder / f"{model}-plan.json"
-    _run(["plan", *MODELS[model]["flags"], "--strategy", "single", "--world-sizes", "1", "--probe-rounds", "1",
-          "--steps", "5", "--min-seconds", "0.5", "--json", "--out", str(out)], timeout=900)
+    spec = MODELS.get(model, DEEP)
+    _run(["plan", *spec["flags"], "--strategy", "single", "--world-sizes", "1,2", "--probe-rounds", "1",
+          "--steps", "5", "--min-seconds", "0.5", "--json", "--out", str(out)], timeout=900, env=spec.get("env"))
     return probe_from_dict(json.loads(out.read_text())["probe"])
 
 
 def measured(model: str, strategy: str, nproc: int, options: dict, steps: int, folder: Path) -> tuple[float, float]:
     """(the largest process's training peak, samples/s) of a short training run."""
     out = folder / f"{model}-{strategy}-{nproc}-{'-'.join(f'{k}{v}' for k, v in options.items()) or 'plain'}"
-    _run(["train", *MODELS[model]["flags"], "--strategy", strategy, "--nproc-per-node", str(nproc),
+    spec = MODELS.get(model, DEEP)
+    _run(["train", *spec["flags"], "--strategy", strategy, "--nproc-per-node", str(nproc),
           "--max-steps", str(steps), "--log-every-steps", str(steps), "--out", str(out), *flags_of(options)],
-         timeout=900)
+         timeout=900, env=spec.get("env"))
     summary = json.loads((out / "summary.json").read_text())
     return max(summary["peak_memory_bytes"]), summary["samples_per_second"]
 
@@ -111,8 +117,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--steps", type=int, default=6, help="optimizer steps of each training run (default 6)")
     p.add_argument("--checkpointing", default="none,full", help="activation checkpointing modes (default none,full)")
-    p.add_argument("--reshard", default="mlp134",
-                   help="also compare fsdp ×2 with reshard_after_forward true and false on this model ('' to skip)")
+    p.add_argument("--no-reshard", dest="reshard", action="store_false",
+                   help="skip the comparison of fsdp ×2 with reshard_after_forward true and false (on a deep MLP)")
     p.add_argument("--out", type=Path, help="also write the Markdown table here")
     args = p.parse_args(argv)
     started = time.time()
@@ -142,8 +148,8 @@ def main(argv=None) -> int:
                            f"{peak / 1e6:,.0f} | {'' if error is None else f'{error:+.1%}'} | {ds} | {acc} |")
                     rows.append(row)
                     print(row, flush=True)
-            if args.reshard and model == args.reshard:
-                lines += reshard_lines(model, probe, args.steps, Path(tmp))
+        if args.reshard:
+            lines += reshard_lines("deep", probe_for("deep", Path(tmp)), args.steps, Path(tmp))
     for (model, strategy, nproc, mode), (guess, peak) in found.items():
         plain = found.get((model, strategy, nproc, "none"))
         if mode != "none" and plain and guess is not None and plain[0] is not None:

@@ -66,11 +66,14 @@ def in_use(probe: Probe, config: Configuration, units: list[int], stage_fraction
         samples = batch / m * in_flight
     else:
         samples = batch
+    # Tensor parallel splits the activations inside attention and the MLP (heads, hidden units);
+    # the residual stream and the norms' stay whole in every process: about half of them.
+    activation_share = (1 + tp_share) / 2
     parts = {"constant": probe.memory_constant_bytes,
              "parameters": fp.param_bytes * held / shards,
              "gradients": fp.grad_bytes * held / shards,
              "optimizer_state": fp.optimizer_bytes * held / shards,
-             "activations": activation_bytes(probe, config, units, tp_share, samples)}
+             "activations": activation_bytes(probe, config, units, activation_share, samples)}
     parts["transient"] = transient_bytes(probe, config, held, largest_unit)
     return parts
 
