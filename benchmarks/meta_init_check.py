@@ -1,10 +1,11 @@
 """A model whose parameters alone exceed one process's memory budget: the ordinary build fails
 on the budget, fsdp with meta-device initialisation trains it on enough processes.
 
-    flock /tmp/scaletrain-bench.lock python benchmarks/meta_init_check.py [--blocks 32] [--width 2048] [--nproc 8]
+    flock /tmp/scaletrain-bench.lock python benchmarks/meta_init_check.py [--blocks 24] [--width 3072] [--nproc 8]
 
-The model is `memory_models:deep_mlp` (blocks of width × width: 32 × 2048² is 537 MB of fp32
-parameters). The budget is a per-process data limit (`ulimit -d`, RLIMIT_DATA: a process's
+The model is `memory_models:deep_mlp` (blocks of width × width: 24 × 3072² is 906 MB of fp32
+parameters; a block's weight above 32 MB, so that glibc returns FSDP's gathered blocks to the
+system when they are freed — see docs/memory.md). The budget is a per-process data limit (`ulimit -d`, RLIMIT_DATA: a process's
 allocations past it fail with torch's "DefaultCPUAllocator: can't allocate memory"), set the
 same for every process of both runs:
 
@@ -49,8 +50,10 @@ def baseline_data_segment(env: dict) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--blocks", type=int, default=32)
-    p.add_argument("--width", type=int, default=2048)
+    p.add_argument("--blocks", type=int, default=24)
+    p.add_argument("--width", type=int, default=3072)
+    p.add_argument("--compare-blocks", type=int, default=16,
+                   help="blocks of the model one process and fsdp ×2 both train, to compare their peaks (default 16)")
     p.add_argument("--nproc", type=int, default=8)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--headroom", type=float, default=0.10)
@@ -90,7 +93,28 @@ def main(argv=None) -> int:
               + (f", held-out loss {result.get('final_loss'):.4f}, peak resident "
                  f"{max(result['peak_memory_bytes']) / 1e6:,.0f} MB per process" if ok else
                  f": {(limited.stderr.strip().splitlines() or [''])[-1]}"))
-        return 0 if ordinary.returncode != 0 and ok and "does not fit" in line else 1
+        ratio = compare(args, Path(tmp), env)
+        return 0 if ordinary.returncode != 0 and ok and "does not fit" in line and ratio <= 0.6 else 1
+
+
+def compare(args, folder: Path, env: dict) -> float:
+    """fsdp ×2 with meta-device initialisation against one process, the same model and batch:
+    each one's peak above its baseline."""
+    env = {**env, "SCALETRAIN_BIG_BLOCKS": str(args.compare_blocks)}
+    above = {}
+    for name, extra in (("single", ["--strategy", "single", "--meta-init", "never"]),
+                        ("fsdp", ["--strategy", "fsdp", "--nproc-per-node", "2", "--meta-init", "always"])):
+        done = train(args, folder / f"compare-{name}", extra, None, env)
+        if done.returncode != 0:
+            print(done.stdout[-2000:], done.stderr[-3000:])
+            return float("inf")
+        summary = json.loads((folder / f"compare-{name}" / "summary.json").read_text())
+        above[name] = max(p - b for p, b in zip(summary["peak_memory_bytes"], summary["baseline_memory_bytes"]))
+    ratio = above["fsdp"] / above["single"]
+    print(f"{args.compare_blocks} blocks of {args.width}²: peak above baseline {above['single'] / 1e6:,.0f} MB in one "
+          f"process, {above['fsdp'] / 1e6:,.0f} MB per process under fsdp ×2 with meta-device initialisation: "
+          f"{ratio:.0%}")
+    return ratio
 
 
 if __name__ == "__main__":
