@@ -75,17 +75,20 @@ def write_record(error_dir: Optional[str], rank: int, summary: str, text: str, *
 
 
 def note_sigterm(error_dir: Optional[str], rank: int) -> None:
-    """From now on a SIGTERM leaves a trace in the launcher's folder before it ends this
-    process: written by faulthandler, in C, so even a main thread blocked in a collective
-    leaves it. A rank that got SIGTERM was stopped (by its launcher, after another rank's
-    failure, or by the user), which is never the cause of a failure."""
+    """From now on a SIGTERM (or a SIGHUP, its twin: a closed terminal) leaves a trace in the
+    launcher's folder before it ends this process: written by faulthandler, in C, so even a
+    main thread blocked in a collective leaves it. A rank that got SIGTERM was stopped (by
+    its launcher, after another rank's failure, or by the user), which is never the cause
+    of a failure. A SIGHUP that `nohup` told us to ignore stays ignored."""
     import faulthandler
     import signal as signals
 
     folder = _folder(error_dir)
     if folder is not None:
         trace = open(folder / f"sigterm-{rank}-{socket.gethostname()}-{os.getpid()}.trace", "w")
-        faulthandler.register(signals.SIGTERM, file=trace, all_threads=False, chain=True)
+        for signum in (signals.SIGTERM, signals.SIGHUP):
+            if signals.getsignal(signum) != signals.SIG_IGN:
+                faulthandler.register(signum, file=trace, all_threads=False, chain=True)
 
 
 def _got_sigterm(folder: Path, m: dict) -> bool:

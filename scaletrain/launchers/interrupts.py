@@ -1,17 +1,26 @@
-"""Ctrl-C and SIGTERM while a job runs, the same under every launcher: the signal is
-remembered, passed on to the ranks by whoever runs them, the launcher waits (bounded) for
-them to end, and the job's exit status is 128 + the signal (130, 143) whatever the ranks
-or the launcher program answered, so that no restart loop retries what the user stopped.
+"""Ctrl-C, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session) while a job runs,
+the same under every launcher: the signal is remembered, passed on to the ranks by whoever
+runs them, the launcher waits (bounded) for them to end, and the job's exit status is 128 +
+the signal (130, 143, 129) whatever the ranks or the launcher program answered, so that no
+restart loop retries what the user stopped. SIGHUP is treated like SIGTERM; a SIGHUP that
+is ignored (`nohup`) stays ignored.
+
+Outside a job (a command checking its flags, bench between two jobs) `stop_signals()`
+turns SIGTERM and SIGHUP into a `Stopped` exception, as Python turns SIGINT into
+KeyboardInterrupt, so that the command ends with one line and the same statuses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
 from typing import Callable, Optional
 
-HANDLED = (signal.SIGINT, signal.SIGTERM)
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Exit statuses of a job or command stopped by one of those signals (128 + the signal).
+STOP_STATUSES = frozenset(128 + s for s in HANDLED)
 
 
 def signal_name(signum: int) -> str:
@@ -21,9 +30,55 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+
+
+def _handled_here() -> list[int]:
+    """The signals to catch: all of HANDLED, except a SIGHUP that `nohup` told us to ignore."""
+    return [s for s in HANDLED if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)]
+
+
+class Stopped(BaseException):
+    """The command was stopped by a signal (SIGINT, SIGTERM, SIGHUP); `status` is 128 + it.
+    `said`: the line saying so was printed already (by the launcher that stopped a job)."""
+
+    def __init__(self, signum: int, said: bool = False):
+        super().__init__(f"stopped by {signal_name(signum)}")
+        self.signum, self.said = signum, said
+
+    @property
+    def status(self) -> int:
+        return 128 + self.signum
+
+    @classmethod
+    def from_status(cls, status: int) -> "Stopped":
+        """A job ended by a signal the launcher received (and said so)."""
+        return cls(status - 128, said=True)
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """SIGTERM and SIGHUP raise Stopped in the main thread while inside (see the module
+    docstring); SIGINT keeps raising KeyboardInterrupt."""
+    if not _main_thread():
+        yield
+        return
+
+    def raise_stopped(signum: int, _frame) -> None:
+        raise Stopped(signum)
+
+    previous = {s: signal.signal(s, raise_stopped) for s in _handled_here() if s != signal.SIGINT}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 class Interrupts:
-    """A context manager: while inside it, SIGINT and SIGTERM call `on_signal` callbacks
-    (to stop the ranks) instead of raising KeyboardInterrupt or killing this process."""
+    """A context manager: while inside it, SIGINT, SIGTERM and SIGHUP call `on_signal`
+    callbacks (to stop the ranks) instead of raising or killing this process."""
 
     def __init__(self) -> None:
         self.signum: Optional[int] = None
@@ -49,8 +104,8 @@ class Interrupts:
         return 128 + self.signum if self.signum is not None else code
 
     def __enter__(self) -> "Interrupts":
-        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
-            self._previous = {s: signal.signal(s, self._handle) for s in HANDLED}
+        if _main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in _handled_here()}
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..fault.durations import format_duration
+from .parent_watch import LAUNCHER_VAR
 
 # Every rank runs the user's program through this module: it fills in torch's env://
 # variables from whatever launcher started it, names the network interface, bounds the
@@ -65,7 +66,6 @@ class Plan:
     join_timeout: float = 0.0
     notes: tuple = ()
     batch_script: Optional[str] = None  # Slurm: a ready sbatch script
-    in_process: bool = False            # spawn: ranks are torch.multiprocessing children
 
     @property
     def world_size(self) -> int:
@@ -92,8 +92,9 @@ class Plan:
             for key, value in sorted(command.env.items()):
                 lines.append(f"  env  {key}={shlex.quote(str(value))}")
             lines.append(f"  argv {shlex.join(command.argv)}")
-        if not self.in_process and any(c.runs_here for c in self.commands):
-            lines.append(f"each rank also gets {ERROR_DIR_VAR}=<a new temporary folder> for its traceback")
+        if any(c.runs_here for c in self.commands):
+            lines.append(f"each rank also gets {ERROR_DIR_VAR}=<a new temporary folder> for its traceback and "
+                         f"{LAUNCHER_VAR}=<this command's pid> (a rank stops when its launcher is gone)")
         if self.join_timeout:
             lines.append(f"start-up: a rank that does not join within {format_duration(self.join_timeout)} "
                          "is named and the job ends (--timeout)")

@@ -16,7 +16,12 @@ under spawn, torchrun, mpirun and srun without a line about launchers in it:
    host where the launcher reads them (and torchrun's error file), so the launcher can show
    the first failure first;
 5. once the program has returned it leaves at once with the program's exit status, without
-   interpreter finalisation (see `finish`).
+   interpreter finalisation (see `finish`);
+6. it stops the rank when its launcher is gone (parent_watch.py), so no rank outlives it.
+
+A rank looks to the program like one torchrun started: a process of its own, with the
+platform's default multiprocessing start method, and the program as `__main__`, so a
+script without `if __name__ == "__main__":` runs its DataLoader workers as under torchrun.
 
 It imports nothing heavy before the program runs: no torch, not the scaletrain package's
 API. A runner that imported them put its own objects, threads and import-time state into
@@ -35,7 +40,9 @@ from ..environment import DistEnv, detect
 from ..errors import DetectionError, UsageError
 from ..fault.durations import parse_duration
 from .failures import mark, note_sigterm, user_traceback, write_record
+from .interrupts import STOP_STATUSES
 from .joining import JoinWatch, exit_after
+from .parent_watch import ParentWatch
 from .plan import ERROR_DIR_VAR, Target
 from .teardown import TeardownGuard
 
@@ -115,12 +122,13 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
     `explains_usage_errors`: the program exits with status 2 only after printing its own
     one-line error (scaletrain's commands do), so that exit is recorded without a word."""
     rank = -1
-    watch = None
+    watch = parent = None
     try:
         env = prepare_environment(os.environ)
         rank = env.rank
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")
         note_sigterm(os.environ.get(ERROR_DIR_VAR), rank)
+        parent = ParentWatch(rank).start()
         watch = JoinWatch(env, join_timeout, lambda message: exit_after(
             message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None, EXIT_PEER_MISSING))).start()
         TeardownGuard(lambda: mark(os.environ.get(ERROR_DIR_VAR), env.rank, "teardown")).start()
@@ -135,6 +143,8 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         status = code if isinstance(code, int) else 1
         if not isinstance(code, int):
             print(code, file=sys.stderr)
+        if status in STOP_STATUSES:  # stopped by Ctrl-C, SIGTERM or SIGHUP: the launcher says it once
+            return rank, status
         if status == 2 and explains_usage_errors:
             write_record(os.environ.get(ERROR_DIR_VAR), rank, "a usage error (its line is above)", "", status=2,
                          explained=True)
@@ -148,8 +158,9 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         record_failure(rank, f"{type(exc).__name__}: {exc}".splitlines()[0][:300], text, exc)
         return rank, 1
     finally:
-        if watch is not None:
-            watch.stop()
+        for thread in (watch, parent):
+            if thread is not None:
+                thread.stop()
     return rank, 0
 
 
