@@ -8,11 +8,15 @@ them need torch (choices of strategies, workloads), and importing torch for
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import signal
 import sys
 from typing import Optional
 
 from ..errors import UsageError
+from ..launchers.interrupts import Stopped, signal_name, stop_signals
 from ..version import __version__
 from .parsing import OneLineParser, fail, flag_names
 
@@ -59,7 +63,19 @@ def build_parser(only: Optional[str] = None) -> OneLineParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Runs a command; its exit status. Ctrl-C, SIGTERM and SIGHUP end it with 130, 143 and
+    129 and one line (none in a rank: its launcher says it once), never a traceback."""
+    rank = _launched()
+    try:
+        with stop_signals() if not rank else contextlib.nullcontext():
+            return _run(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return _stopped(Stopped(signal.SIGINT), rank)
+    except Stopped as exc:
+        return _stopped(exc, rank)
+
+
+def _run(argv: list[str]) -> int:
     name = chosen_command(argv)
     if name in ("launch", "train"):
         from .launch_options import glue_launcher_args
@@ -72,5 +88,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         return args.handler(args)
     except UsageError as exc:  # spelt with the flags the user types, not the library's keywords
         return fail(exc.for_command_line(*flag_names(parser)))
-    except KeyboardInterrupt:
-        return 130
+
+
+def _stopped(exc: Stopped, rank: bool) -> int:
+    if not (rank or exc.said):
+        print(f"scaletrain: stopped by {signal_name(exc.signum)}", file=sys.stderr, flush=True)
+    return exc.status
+
+
+def _launched() -> bool:
+    """Whether this process is one rank of a launched job (detection reads the launchers'
+    variables; a contradiction among them is reported by the command itself)."""
+    from ..environment import detect
+
+    try:
+        return detect(os.environ).launched
+    except UsageError:
+        return False

@@ -31,20 +31,33 @@ every rank; see docs/launching.md, "A finished rank always ends".
 from __future__ import annotations
 
 import os
-import runpy
-import sys
-from typing import Callable, Optional
+import signal
 
-from ..defaults import HANG_TIMEOUT_S
-from ..environment import DistEnv, detect
-from ..errors import DetectionError, UsageError
-from ..fault.durations import parse_duration
-from .failures import mark, note_sigterm, user_traceback, write_record
-from .interrupts import STOP_STATUSES
-from .joining import JoinWatch, exit_after
-from .parent_watch import ParentWatch
-from .plan import ERROR_DIR_VAR, Target
-from .teardown import TeardownGuard
+
+
+def _end_quietly(*_args) -> None:
+    os._exit(130)
+
+
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    # Until the program runs, Ctrl-C ends this rank at once and without a traceback (the
+    # launcher says it once); run_program gives the program Python's own handler back.
+    signal.signal(signal.SIGINT, _end_quietly)
+
+import runpy  # noqa: E402
+import sys  # noqa: E402
+from typing import Callable, Optional  # noqa: E402
+
+from ..defaults import HANG_TIMEOUT_S  # noqa: E402
+from ..environment import DistEnv, detect  # noqa: E402
+from ..errors import DetectionError, UsageError  # noqa: E402
+from ..fault.durations import parse_duration  # noqa: E402
+from .failures import mark, note_sigterm, user_traceback, write_record  # noqa: E402
+from .interrupts import STOP_STATUSES  # noqa: E402
+from .joining import JoinWatch, exit_after  # noqa: E402
+from .parent_watch import ParentWatch  # noqa: E402
+from .plan import ERROR_DIR_VAR, Target  # noqa: E402
+from .teardown import TeardownGuard  # noqa: E402
 
 #: Exit status of a rank that gave up waiting for peers that never joined (the same as the
 #: hang watchdog's: a peer is missing).
@@ -129,6 +142,8 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")
         note_sigterm(os.environ.get(ERROR_DIR_VAR), rank)
         parent = ParentWatch(rank).start()
+        if signal.getsignal(signal.SIGINT) is _end_quietly:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # the program's Ctrl-C, as Python gives it
         watch = JoinWatch(env, join_timeout, lambda message: exit_after(
             message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None, EXIT_PEER_MISSING))).start()
         TeardownGuard(lambda: mark(os.environ.get(ERROR_DIR_VAR), env.rank, "teardown")).start()
