@@ -183,7 +183,7 @@ def run_target(target: Target, join_timeout: float) -> tuple[int, int]:
     """Runs a launched program as one rank: (rank, exit status). scaletrain's own commands
     print a one-line error before they exit with status 2."""
     return run_program(lambda: run_as_main(target), target.describe(), join_timeout,
-                       explains_usage_errors=target.module == "scaletrain")
+                       explains_usage_errors=(target.module or "").split(".")[0] == "scaletrain")
 
 
 def finish(rank: int, status: int) -> None:

@@ -13,8 +13,6 @@ import contextlib
 
 import torch
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ..precision import PRECISIONS
 from .base import Prepared, Strategy
@@ -63,15 +61,20 @@ class FSDPStrategy(Strategy):
     help = "fully sharded data parallel (FSDP2): parameters, gradients and optimizer state split N ways"
     shards_gradients = True
 
-    def policy(self) -> MixedPrecisionPolicy:
+    def policy(self):
         """bf16/fp16: blocks compute in that dtype, parameters and gradient reduction stay
         fp32 (a reduction in 16 bits loses the small gradients' precision)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy  # half a second to import: when used
+
         dtype = PRECISIONS[self.precision]
         if dtype is None:
             return MixedPrecisionPolicy()
         return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
     def setup(self, ctx, model, optimizer):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
         model.to(ctx.device)
         before = dict(model.named_parameters())
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))

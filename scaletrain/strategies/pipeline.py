@@ -22,7 +22,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from ..batches import NO_TARGETS, split
 from ..collectives import gather_to_rank0, scatter_from_rank0
@@ -34,7 +33,9 @@ from .base import CommonOptions, Prepared, Strategy
 from .mp import SPLIT_POINTS_HELP
 from .splitting import describe_plan, parameter_counts, parse_split_points, plan_split, split_model
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+#: Schedule names and their classes in torch.distributed.pipelining, imported when a stage
+#: first runs (the module takes over a second to import).
+SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
 
 
 @dataclass(frozen=True)
@@ -258,15 +259,17 @@ class PipelinePrepared(Prepared):
         step, so each batch size (the last evaluation batch is usually smaller) gets its own."""
         key = (training, batch)
         if key not in self.schedules:
+            from torch.distributed import pipelining
+
             stage, stages, _, _ = self.layout
-            pipe_stage = PipelineStage(self.module, stage, stages, self.ctx.device, group=self.pipe_group)
+            pipe_stage = pipelining.PipelineStage(self.module, stage, stages, self.ctx.device, group=self.pipe_group)
             if training:
                 # scale_grads=False: the loss function divides by M itself, because the schedule's
                 # own scaling would also divide gradients accumulated over earlier steps.
-                self.schedules[key] = SCHEDULES[self.strategy.options.schedule](
+                self.schedules[key] = getattr(pipelining, SCHEDULES[self.strategy.options.schedule])(
                     pipe_stage, n_microbatches=self.n_micro, loss_fn=self._loss, scale_grads=False)
             else:
-                self.schedules[key] = ScheduleGPipe(pipe_stage, n_microbatches=self.n_micro)
+                self.schedules[key] = pipelining.ScheduleGPipe(pipe_stage, n_microbatches=self.n_micro)
         return self.schedules[key]
 
     def describe(self):

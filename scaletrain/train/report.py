@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ..files import append_jsonl, write_json_atomic, write_text_atomic
 from ..track import Trackers
@@ -77,6 +75,8 @@ class Reporter:
         if not (self.is_main and self.console.is_terminal):
             yield lambda: None
             return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # a terminal's
+
         bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        console=self.console, transient=True)
         with bar:
@@ -121,6 +121,8 @@ class Reporter:
             return
         write_json_atomic(self.out / SUMMARY_FILE, strict_json(summary))
         self.trackers.finish({k: v for k, v in summary.items() if v is not None})  # they drop NaN/inf themselves
+        from rich.table import Table
+
         table = Table(title="scaletrain summary", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value", overflow="fold")
