@@ -13,8 +13,7 @@ from pathlib import Path
 from ..defaults import STOP_GRACE_S
 from .failures import note_vanished
 from .interrupts import Interrupts
-from .parent_watch import LAUNCHER_VAR, this_process
-from .plan import ERROR_DIR_VAR, Command
+from .plan import Command, execution_env
 
 
 def _group_alive(pgid: int) -> bool:
@@ -95,7 +94,7 @@ def run_command(command: Command, error_dir: str, interrupts: Interrupts, stop_b
     SIGHUP of ours becomes a SIGTERM to all of it (a second one: SIGKILL). `stop_below`:
     instead, end the launcher program at once and SIGTERM the ranks below it (torchrun
     answers a signal with tracebacks of its own, though the user asked for the stop)."""
-    env = {**os.environ, **command.env, ERROR_DIR_VAR: error_dir, LAUNCHER_VAR: this_process()}
+    env = {**os.environ, **command.env, **execution_env(error_dir)}
     try:
         proc = subprocess.Popen(list(command.argv), env=env, start_new_session=True)
     except FileNotFoundError:

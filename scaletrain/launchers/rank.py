@@ -137,6 +137,7 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
     rank = -1
     watch = parent = None
     try:
+        import builtins; getattr(builtins, '_trace', print)('env = prepare_environment(os.environ)')
         env = prepare_environment(os.environ)
         rank = env.rank
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")
@@ -147,6 +148,7 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         watch = JoinWatch(env, join_timeout, lambda message: exit_after(
             message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None, EXIT_PEER_MISSING))).start()
         TeardownGuard(lambda: mark(os.environ.get(ERROR_DIR_VAR), env.rank, "teardown")).start()
+        import builtins; getattr(builtins, '_trace', print)('body()')
         body()
     except (UsageError, DetectionError) as exc:
         print(f"scaletrain: error: {exc}", file=sys.stderr, flush=True)

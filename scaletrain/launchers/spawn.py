@@ -31,8 +31,7 @@ from ..netif import Choice
 from .base import Job, network_env
 from .failures import signal_summary, write_record
 from .interrupts import Interrupts
-from .parent_watch import LAUNCHER_VAR, this_process
-from .plan import ERROR_DIR_VAR, Command, Plan, rank_argv
+from .plan import Command, Plan, execution_env, rank_argv
 from .preflight import check_interfaces, check_local_master, check_port_free, warn_if_oversubscribed
 from .request import LaunchRequest
 
@@ -68,6 +67,10 @@ class SpawnLauncher:
         commands = []
         for rank, env in enumerate(spawn_environments(req.nproc_per_node, req.master_port, req.master_addr)):
             env.update(network_env(network))
+            if "OMP_NUM_THREADS" not in req.environ:
+                # As torchrun does, so that no rank's thread pool starts with every core; here
+                # the threads scaletrain gives a process (the cores shared among the ranks).
+                env["OMP_NUM_THREADS"] = str(max(1, req.cpu_cores // req.nproc_per_node))
             commands.append(Command(f"rank {rank} (a child process of this one)",
                                     tuple(rank_argv(req.target, req.timeout, req.python)), env))
         return Plan(self.name, tuple(commands), req.target, 1, req.nproc_per_node, node_rank=0,
@@ -210,7 +213,7 @@ def run_children(plan: Plan, job: Job, start: Callable[[int, dict], RankProcess]
     rendezvous = _Rendezvous(environments[0]["MASTER_ADDR"]) if environments[0]["MASTER_PORT"] == PORT_AT_START \
         else None
     for env in environments:
-        env.update({ERROR_DIR_VAR: job.error_dir, LAUNCHER_VAR: this_process()})
+        env.update(execution_env(job.error_dir))
         if rendezvous is not None:
             env.update(MASTER_PORT=str(rendezvous.port), TORCHELASTIC_USE_AGENT_STORE="True")
     processes: list[RankProcess] = []

@@ -2,6 +2,8 @@
 
 - On a terminal: a progress bar and one line per epoch. Otherwise (a log file, a batch
   job): a plain line per step record instead of the bar, flushed at once, no control codes.
+  Whether stdout is a terminal is the launching command's answer when it gave one (mpirun
+  hands its ranks a pseudo-terminal even when its own output goes to a file).
 - `metrics.jsonl`: one JSON line per record, `"kind": "step"` (every few steps) or
   `"kind": "epoch"` (held-out metrics). A resumed run first drops the records of the steps
   and epochs it is about to do again, so no step or epoch appears twice.
@@ -21,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from rich.console import Console
-
+from ..errors import as_flags
 from ..files import append_jsonl, write_json_atomic, write_text_atomic
+from ..launchers.plan import stdout_is_terminal
 from ..track import Trackers
 from .steps import format_eta
 
@@ -41,7 +43,8 @@ class Reporter:
     def __init__(self, is_main: bool, out: Path, trackers: Optional[Trackers] = None):
         self.is_main = is_main
         self.out = Path(out)
-        self.console = Console(file=sys.stdout, highlight=False)
+        self.terminal = stdout_is_terminal()
+        self._console = None
         self.trackers = trackers or Trackers([])
         self.wall_offset = 0.0  # seconds of the run before this process (a resumed run)
         self._resumed_at: Optional[int] = None
@@ -49,10 +52,24 @@ class Reporter:
         if is_main:
             self.out.mkdir(parents=True, exist_ok=True)
 
+    @property
+    def console(self):
+        """rich's console, for a terminal's bar and the summary table (made when first needed)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=sys.stdout, highlight=False, force_terminal=self.terminal)
+        return self._console
+
     def say(self, text: str) -> None:
-        if self.is_main:
-            self.console.print(text, soft_wrap=True)
-            self.console.file.flush()  # a log file sees it now, not when the buffer fills
+        if not self.is_main:
+            return
+        text = as_flags(text)  # settings named in a note, as the flags the user types
+        if self.terminal:
+            self.console.print(text, soft_wrap=True, markup=False)
+            self.console.file.flush()
+        else:
+            print(text, flush=True)  # a log file sees it now, not when the buffer fills
 
     def start_at(self, step: int, epoch: int) -> bool:
         """The run continues after `step`, in `epoch` (1-based): the records of what is about
@@ -72,7 +89,7 @@ class Reporter:
     @contextlib.contextmanager
     def progress(self, total: int, label: str):
         """Yields a function to call once per step. A bar only on an interactive terminal."""
-        if not (self.is_main and self.console.is_terminal):
+        if not (self.is_main and self.terminal):
             yield lambda: None
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # a terminal's
@@ -91,7 +108,7 @@ class Reporter:
         if "train_loss" in record:
             scalars["train/loss"] = record["train_loss"]
         self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
-        if not self.console.is_terminal:  # the bar shows progress on a terminal
+        if not self.terminal:  # the bar shows progress on a terminal
             loss = f"loss {record['train_loss']:.4f}" if "train_loss" in record else "loss (on the last stage)"
             lr = f"  lr {record['lr']:.3g}" if record["lr"] is not None else ""
             print(f"step {record['step']:>6}/{record['total_steps']}  epoch {record['epoch']}/{record['epochs']}  "
