@@ -399,7 +399,6 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     "mlflow", "csv") or tracker objects, opened on rank 0 and writing under `tracker_dir`
     (default: a new folder under runs/); see `run.log`."""
     env = detect(os.environ if environ is None else environ)
-    import builtins; getattr(builtins, '_trace', print)('strat = get_strategy(')
     strat = get_strategy(strategy, **strategy_options)
     wait = _timeout(timeout)
     check_trackers(trackers)  # a missing package is found before any process waits for this one
@@ -417,11 +416,8 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     ctx = ProcessContext(env, dev, chosen_backend, n_threads)
     run = Run(env, strat, ctx, owns_group=False, seed=seed or 0)
     run.cores = cores
-    import builtins; getattr(builtins, '_trace', print)('strat.validate(ctx)')
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
-    import builtins; getattr(builtins, '_trace', print)('run._owns_group = process_group.init_process_group')
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
-    import builtins; getattr(builtins, '_trace', print)('run._watchdog = start_watchdog')
     run._watchdog = start_watchdog(env, wait)
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")

@@ -32,7 +32,11 @@ def with_underscores(*flags: str) -> tuple[str, ...]:
 
 
 def fail(message: str) -> int:
-    print(f"scaletrain: error: {message}", file=sys.stderr)
+    """`scaletrain: error: MESSAGE`, status 2 (a rank hands the line to its launcher, which
+    shows it once for all the ranks that found the same mistake)."""
+    from ..launchers.failures import say_usage_error
+
+    say_usage_error(message)
     return 2
 
 

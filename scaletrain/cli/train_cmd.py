@@ -27,13 +27,14 @@ from ..strategies import REGISTRY, get_strategy, strategy_names
 from ..track import check_trackers
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
+from ..workloads.factories import load_factory
 from ..workloads.tasks import TASKS
 from . import config_file
 from .config_file import CONFIG_FILE
 from .launch_options import add_launch_arguments, launch_request, launch_requested, runs_elsewhere
 from .fault_options import (add_fault_arguments, check_continuable, check_fault_flags, check_resume, describe_resume,
                             fault_config, out_may_hold_files, resume_on_restart)
-from .outdir import check_out, create_out, default_out, hold_out, refuse_if_held
+from .outdir import check_out, create_out, default_out, discard_unstarted, hold_out, refuse_if_held
 from .train_rank import said_by_this_rank
 from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, common_option_defaults, strategy_options_from_args
@@ -135,6 +136,8 @@ def validate(config: TrainConfig, nproc: int, here: bool = True):
         choose_backend(config.backend, device.type)
     check_trackers(config.trackers)
     workload = get_workload(config.workload, config.model, config.dataset)
+    if config.dataset:
+        load_factory(config.dataset, "--dataset")  # importable (the ranks build it, and check what it gives)
     model = meta_model(workload)
     strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
     return strategy, model
@@ -217,9 +220,14 @@ def run(args: argparse.Namespace) -> int:
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
         from ..train.loop import train
 
+        created = not out.exists()
         with hold_out(out, out_may_hold_files(args, out)):
             config_file.write(out / CONFIG_FILE, recorded)
-            train(config, out, resume_checked=True)
+            try:
+                train(config, out, resume_checked=True)
+            except UsageError:
+                discard_unstarted(out, created)
+                raise
         return 0
     return launch_ranks(args, out, nproc, recorded, node_rank, config)
 
@@ -239,6 +247,7 @@ def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict
     # holds the folder and writes config.yaml.
     owns_out = not (node_rank or args.rdzv_endpoint)
     record = recorded if args.rdzv_endpoint else None
+    created = not out.exists()
     with contextlib.ExitStack() as held:
         def prepare() -> None:
             if owns_out:
@@ -255,6 +264,8 @@ def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict
             return facade.run(request, args.dry_run, prepare if number == 0 else None)
 
         status = run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))
+        if status == 2 and owns_out and not args.sbatch:  # a one-line mistake the ranks found
+            discard_unstarted(out, created)
     if args.sbatch and not args.dry_run and status == 0:  # for the user: the batch job's ranks need no file
         config_file.write(create_out(out) / CONFIG_FILE, recorded)
     return status

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UsageError, as_flags
+from ..launchers.failures import say_usage_error
 
 MODULE = __name__
 
@@ -62,7 +63,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         train_rank(config, Path(settings["out"]), rank, settings.get("record"), resume_checked=True)
     except UsageError as exc:
         if said_by_this_rank(exc, rank):
-            print(f"scaletrain: error: {as_flags(exc.raw)}", file=sys.stderr, flush=True)
+            say_usage_error(as_flags(exc.raw))
         return 2
     return 0
 

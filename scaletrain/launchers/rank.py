@@ -52,7 +52,8 @@ from ..defaults import HANG_TIMEOUT_S  # noqa: E402
 from ..environment import DistEnv, detect  # noqa: E402
 from ..errors import DetectionError, UsageError  # noqa: E402
 from ..fault.durations import parse_duration  # noqa: E402
-from .failures import mark, note_sigterm, user_traceback, write_record  # noqa: E402
+from .failures import (mark, note_sigterm, say_usage_error, usage_error_recorded, user_traceback,  # noqa: E402
+                       write_record)
 from .interrupts import STOP_STATUSES  # noqa: E402
 from .joining import JoinWatch, exit_after  # noqa: E402
 from .parent_watch import ParentWatch  # noqa: E402
@@ -137,7 +138,6 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
     rank = -1
     watch = parent = None
     try:
-        import builtins; getattr(builtins, '_trace', print)('env = prepare_environment(os.environ)')
         env = prepare_environment(os.environ)
         rank = env.rank
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")
@@ -148,10 +148,9 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         watch = JoinWatch(env, join_timeout, lambda message: exit_after(
             message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None, EXIT_PEER_MISSING))).start()
         TeardownGuard(lambda: mark(os.environ.get(ERROR_DIR_VAR), env.rank, "teardown")).start()
-        import builtins; getattr(builtins, '_trace', print)('body()')
         body()
     except (UsageError, DetectionError) as exc:
-        print(f"scaletrain: error: {exc}", file=sys.stderr, flush=True)
+        say_usage_error(str(exc))
         return rank, 2
     except SystemExit as exc:
         code = exc.code
@@ -163,6 +162,8 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         if status in STOP_STATUSES:  # stopped by Ctrl-C, SIGTERM or SIGHUP: the launcher says it once
             return rank, status
         if status == 2 and explains_usage_errors:
+            if usage_error_recorded():  # its line went to the launcher (say_usage_error)
+                return rank, status
             write_record(os.environ.get(ERROR_DIR_VAR), rank, "a usage error (its line is above)", "", status=2,
                          explained=True)
             return rank, status

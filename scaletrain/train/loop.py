@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 
-import builtins; getattr(builtins, '_trace', print)('loop module start')
 from ..version import __version__
 from ..api import init
 from ..batches import batch_size_of
@@ -32,22 +31,15 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     workload = get_workload(config.workload, config.model, config.dataset)
     epochs = config.epochs or workload.epochs
     lr = config.lr if config.lr is not None else workload.lr
-    import builtins; getattr(builtins, '_trace', print)('with init(')
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
-        import builtins; getattr(builtins, '_trace', print)('train_set, held_out = workload.build_datasets')
         train_set, held_out = workload.build_datasets(config.seed)
         task = get_task(config.task or workload.task or derive(train_set[0]))
-        import builtins; getattr(builtins, '_trace', print)('model = workload.build_model()')
         model = workload.build_model()
-        import builtins; getattr(builtins, '_trace', print)('optimizer = adam(')
         optimizer = adam(model.parameters(), lr=lr)
-        import builtins; getattr(builtins, '_trace', print)('model, optimizer = run.setup')
         model, optimizer = run.setup(model, optimizer)
-        import builtins; getattr(builtins, '_trace', print)('loader = run.loader')
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
-        import builtins; getattr(builtins, '_trace', print)('reporter = Reporter(')
         reporter = Reporter(run.is_main, out, run.trackers)
         global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
@@ -79,12 +71,10 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
             start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
             epoch_start = time.perf_counter()
             with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
-                import builtins; getattr(builtins, '_trace', print)('for batch in loader:')
                 for batch in loader:
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
                     loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
                                           max_grad_norm=config.clip_grad_norm)
-                    import builtins; getattr(builtins, '_trace', print)('loss_sum += loss')
                     loss_sum += loss
                     finite.track(loss, run.steps_taken)
                     if startup_seconds is None:  # from the user's command, not from train()

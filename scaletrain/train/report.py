@@ -72,12 +72,16 @@ class Reporter:
             print(text, flush=True)  # a log file sees it now, not when the buffer fills
 
     def start_at(self, step: int, epoch: int) -> bool:
-        """The run continues after `step`, in `epoch` (1-based): the records of what is about
+        """Called as training begins (everything is built, any checkpoint loaded); metrics.jsonl
+        exists from then on. The run continues after `step`, in `epoch` (1-based): the records of what is about
         to be done again are dropped. An epoch whose last step is `step` keeps its record (its
         checkpoint was taken before its evaluation), and is not recorded again. True when the
         folder held records of an earlier attempt (the trackers then drop theirs too)."""
         path = self.out / METRICS_FILE
-        if not self.is_main or not path.exists():
+        if not self.is_main:
+            return False
+        if not path.exists():
+            path.touch()  # training begins: the folder now holds a run (see cli/outdir.discard_unstarted)
             return False
         kept = [r for r in read_records(path) if _before(r, step, epoch)]
         write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
