@@ -100,6 +100,9 @@ class Run(RunCollectives):
         bound to it keeps driving it. Returns the model; (model, optimizer) when an
         optimizer is given; (model, optimizer, scheduler) when a scheduler is given too.
         Call it once per model (a GAN's generator and discriminator: twice)."""
+        if any(model is p.model or model is p.module for p in self._prepared.values()):
+            raise UsageError("run.setup was already called on this model: call it once per model and keep using "
+                             "what it returned (model, optimizer = run.setup(model, optimizer))")
         prepared = self.strategy.setup(self.ctx, model, optimizer)
         self._prepared[id(prepared.model)] = prepared
         if self.strategy.options.compile:
@@ -114,9 +117,11 @@ class Run(RunCollectives):
             return prepared.model, prepared.optimizer, scheduler
         return prepared.model if optimizer is None else (prepared.model, prepared.optimizer)
 
-    def prepared(self, model: nn.Module) -> Prepared:
-        """The strategy's per-run state for a model that `setup` returned. A model you
-        wrapped yourself (never given to `setup`) is trained as it is."""
+    def prepared(self, model: nn.Module, training: bool = True) -> Prepared:
+        """The strategy's per-run state for a model that `setup` returned. A model never
+        given to `setup` is used as it is: evaluated, or trained by one process; several
+        processes train it only when it synchronises itself (your own DDP or FSDP wrapper),
+        since nothing else would keep their copies equal."""
         found = self._prepared.get(id(model))
         if found is not None:
             return found
@@ -124,8 +129,11 @@ class Run(RunCollectives):
             raise UsageError("this is the model you gave run.setup, not the one it returned: pass the returned "
                              "model (model, optimizer = run.setup(model, optimizer)), or its gradients are not "
                              "synchronised")
-        found = self._prepared[id(model)] = Prepared(self.strategy, self.ctx, model, None, module=model)
-        return found
+        if training and self.world_size > 1 and not _synchronises_itself(model):
+            raise UsageError(f"this model was never given to run.setup, so its gradients would not be synchronised "
+                             f"and the {self.world_size} processes would train {self.world_size} different models; "
+                             "prepare it first: model, optimizer = run.setup(model, optimizer)")
+        return Prepared(self.strategy, self.ctx, model, None, module=model)
 
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:
@@ -267,7 +275,8 @@ class Run(RunCollectives):
         batch) when given, else the model's own `output.loss`."""
         rank, size = self.strategy.data_parallel(self.ctx)
         with self.watch("evaluate"):
-            return evaluation.evaluate(self.prepared(model), dataset, batch_size=batch_size, loss_fn=loss_fn,
+            return evaluation.evaluate(self.prepared(model, training=False), dataset, batch_size=batch_size,
+                                       loss_fn=loss_fn,
                                        metrics=metrics, collate_fn=collate_fn, shard=rank, num_shards=size,
                                        device=self.device, all_reduce=self._all_reduce, loader_kwargs=loader_kwargs)
 
@@ -367,6 +376,13 @@ class Run(RunCollectives):
     def __repr__(self) -> str:
         return (f"Run(strategy={self.strategy.name!r}, rank={self.rank}, world_size={self.world_size}, "
                 f"device={str(self.device)!r}, backend={self.backend!r})")
+
+
+def _synchronises_itself(model: nn.Module) -> bool:
+    """A model the user wrapped for data parallelism: DDP, FSDP, or parameters that are DTensors."""
+    names = {cls.__name__ for cls in type(model).__mro__}
+    return bool(names & {"DistributedDataParallel", "FSDPModule", "FullyShardedDataParallel"}) or any(
+        type(p).__name__ == "DTensor" for p in model.parameters())
 
 
 def _timeout(value: Optional[float | timedelta]) -> timedelta:
