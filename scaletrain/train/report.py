@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import as_flags
-from ..files import append_jsonl, write_json_atomic, write_text_atomic
+from ..files import append_jsonl, write_json_atomic, write_text_atomic, writing
 from ..launchers.plan import stdout_is_terminal
 from ..track import Trackers
 from .steps import format_eta
@@ -81,10 +81,12 @@ class Reporter:
         if not self.is_main:
             return False
         if not path.exists():
-            path.touch()  # training begins: the folder now holds a run (see cli/outdir.discard_unstarted)
+            with writing(path):
+                path.touch()  # training begins: the folder now holds a run (see cli/outdir.discard_unstarted)
             return False
         kept = [r for r in read_records(path) if _before(r, step, epoch)]
-        write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        with writing(path):
+            write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         self.wall_offset = max((r.get("wall_seconds") or 0.0 for r in kept), default=0.0)
         self._recorded_epochs = {r.get("epoch") for r in kept if r.get("kind") != "step"}
         self._resumed_at = step if step else None
@@ -107,7 +109,8 @@ class Reporter:
     def step(self, record: dict) -> None:
         if not self.is_main:
             return
-        append_jsonl(self.out / METRICS_FILE, strict_json(record))
+        with writing(self.out / METRICS_FILE):
+            append_jsonl(self.out / METRICS_FILE, strict_json(record))
         scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"]}
         if "train_loss" in record:
             scalars["train/loss"] = record["train_loss"]
@@ -125,7 +128,8 @@ class Reporter:
         if self._resumed_at is not None:  # the first epoch record after a resume says so
             record = {**record, "resumed_at_step": self._resumed_at}
             self._resumed_at = None
-        append_jsonl(self.out / METRICS_FILE, strict_json(record))
+        with writing(self.out / METRICS_FILE):
+            append_jsonl(self.out / METRICS_FILE, strict_json(record))
         self.trackers.log({**{f"eval/{name}": record[f"eval_{name}"] for name in EVAL_METRICS
                               if record.get(f"eval_{name}") is not None},
                            "train/epoch_loss": record["train_loss"],
@@ -140,7 +144,8 @@ class Reporter:
     def finish(self, summary: dict) -> None:
         if not self.is_main:
             return
-        write_json_atomic(self.out / SUMMARY_FILE, strict_json(summary))
+        with writing(self.out / SUMMARY_FILE):
+            write_json_atomic(self.out / SUMMARY_FILE, strict_json(summary))
         self.trackers.finish({k: v for k, v in summary.items() if v is not None})  # they drop NaN/inf themselves
         from rich.table import Table
 
