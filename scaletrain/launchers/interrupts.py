@@ -51,11 +51,6 @@ class Stopped(BaseException):
     def status(self) -> int:
         return 128 + self.signum
 
-    @classmethod
-    def from_status(cls, status: int) -> "Stopped":
-        """A job ended by a signal the launcher received (and said so)."""
-        return cls(status - 128, said=True)
-
 
 @contextlib.contextmanager
 def stop_signals():
@@ -78,9 +73,11 @@ def stop_signals():
 
 class Interrupts:
     """A context manager: while inside it, SIGINT, SIGTERM and SIGHUP call `on_signal`
-    callbacks (to stop the ranks) instead of raising or killing this process."""
+    callbacks (to stop the ranks) instead of raising or killing this process. `announce`:
+    say so at once (False: the caller says it when the job has ended)."""
 
-    def __init__(self) -> None:
+    def __init__(self, announce: bool = True) -> None:
+        self.announce = announce
         self.signum: Optional[int] = None
         self._callbacks: list[Callable[[int], None]] = []
         self._previous: dict = {}
@@ -94,6 +91,7 @@ class Interrupts:
         first = self.signum is None
         if first:
             self.signum = signum
+        if first and self.announce:
             print(f"scaletrain: {signal_name(signum)} received: stopping the job's processes", file=sys.stderr,
                   flush=True)
         for callback in self._callbacks:
