@@ -154,6 +154,11 @@ def _marks(folder: Path, stage: str) -> dict:
     return found
 
 
+def any_started(error_dir: str) -> bool:
+    """Whether a rank of this host has started (its runner left a `started` mark)."""
+    return any(Path(error_dir).glob("started-*.mark"))
+
+
 def frozen_in_teardown(error_dir: str) -> list[dict]:
     """Ranks that destroyed their process group and never ended by themselves: the
     teardown guard ended them (teardown.py)."""
