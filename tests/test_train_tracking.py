@@ -226,3 +226,24 @@ def test_report_refuses_a_folder_that_is_not_a_run(tmp_path):
     assert result.returncode == 2 and not (tmp_path / "report").exists()
     assert result.stderr.strip() == (f"scaletrain: error: {tmp_path} holds no metrics.jsonl: not a `scaletrain "
                                      "train` run folder (or it has not finished an epoch or a step record yet)")
+
+
+def test_a_tracking_server_that_is_down_is_found_in_seconds_and_the_user_chooses(tmp_path):
+    """MLFLOW_TRACKING_URI naming a server that is down: refused in one line before anything
+    starts (MLflow's client would retry for minutes), or, when asked, a run without it."""
+    import time
+
+    env = {**_own_trackers_env(), "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}
+    flags = ["train", "--workload", "digits-mlp", "--epochs", "1", "--nproc-per-node", "1", "--tracker", "mlflow",
+             "--tracker", "csv"]
+    started = time.monotonic()
+    refused = scaletrain(*flags, "--out", str(tmp_path / "stop"), timeout=60, env=env)
+    assert refused.returncode == 2 and time.monotonic() - started < 30, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "tracking server at http://127.0.0.1:9" in lines[0], refused.stderr
+    assert "--if-tracker-unreachable skip" in lines[0] and not (tmp_path / "stop").exists()
+    skipped = scaletrain(*flags, "--if-tracker-unreachable", "skip", "--out", str(tmp_path / "skip"), timeout=120,
+                         env=env)
+    assert skipped.returncode == 0, skipped.stderr
+    assert "training without the mlflow tracker" in skipped.stderr
+    assert (tmp_path / "skip" / "csv" / "metrics.csv").is_file() and not (tmp_path / "skip" / "mlruns").exists()

@@ -24,7 +24,7 @@ from ..devices import choose_device, cpu_cores
 from ..environment import detect
 from ..errors import UsageError
 from ..strategies import REGISTRY, get_strategy, strategy_names
-from ..track import check_trackers
+from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
 from ..workloads.factories import load_factory
@@ -122,12 +122,13 @@ def default_nproc(strategy: str) -> int:
     return torch.cuda.device_count() or cpu_cores()
 
 
-def validate(config: TrainConfig, nproc: int, here: bool = True):
+def validate(config: TrainConfig, nproc: int, here: bool = True, if_unreachable: str = "stop"):
     """Everything that can be checked before a process starts, so mistakes cost seconds.
     Returns the strategy and the model it was checked with: built on the meta device, so
     it takes no memory and next to no time (the ranks build the real one, once). `here`:
     False for a batch script written for other machines, whose devices this host need not
-    have. The data is checked by the ranks, before their first step."""
+    have. The data is checked by the ranks, before their first step. A tracker whose
+    server does not answer stops the run here, or is left out (`if_unreachable`)."""
     netif.check_interfaces(os.environ)  # GLOO_SOCKET_IFNAME=eth99 would fail deep inside start-up
     strategy = get_strategy(config.strategy, **config.strategy_options)
     strategy.check_world_size(nproc)
@@ -135,6 +136,7 @@ def validate(config: TrainConfig, nproc: int, here: bool = True):
         device = choose_device(config.device, 0)
         choose_backend(config.backend, device.type)
     check_trackers(config.trackers)
+    config.trackers = check_reachable(config.trackers, if_unreachable)
     workload = get_workload(config.workload, config.model, config.dataset)
     if config.dataset:
         load_factory(config.dataset, "--dataset")  # importable (the ranks build it, and check what it gives)
@@ -202,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
     if env.launched and not node_agent:  # we are one rank of a job someone else started
         return run_rank(args, env, config)
     nproc = args.nproc_per_node or default_nproc(config.strategy)
-    strategy, model = validate(config, nproc, here=not runs_elsewhere(args))
+    strategy, model = validate(config, nproc, here=not runs_elsewhere(args),
+                               if_unreachable=args.if_tracker_unreachable)
     resolve_workload_defaults(config, args)
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()
@@ -283,6 +286,8 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, env.world_size))
     resolve_workload_defaults(config, args)
+    if env.rank == 0:  # the rank that records the run: its trackers' servers must answer
+        config.trackers = check_reachable(config.trackers, args.if_tracker_unreachable)
     own_record = out / CONFIG_FILE
     reads_own_record = bool(args.config) and Path(args.config).absolute() == own_record.absolute()
     if args.resume == "auto":

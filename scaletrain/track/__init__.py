@@ -57,6 +57,37 @@ def check_trackers(specs: Iterable[TrackerSpec]) -> None:
                              f"and finish methods, not {spec!r}")
 
 
+#: What a tracker that cannot be reached (a tracking server that is down) does to a run:
+#: stop it before it starts, in one line, or let it train without that tracker, with a note.
+UNREACHABLE_CHOICES = ("stop", "skip")
+
+
+def unreachable(specs: Iterable[TrackerSpec]) -> dict[str, str]:
+    """name -> why, for each named tracker whose server does not answer (in seconds)."""
+    found = {}
+    if "mlflow" in list(specs):
+        from .mlflow_tracker import server_problem
+
+        problem = server_problem()
+        if problem:
+            found["mlflow"] = problem
+    return found
+
+
+def check_reachable(specs: Sequence[TrackerSpec], if_unreachable: str = "stop") -> list:
+    """The trackers to open: all of `specs`, once every server they name answers; else a
+    UsageError (stop), or `specs` without the unreachable ones and a note for each (skip)."""
+    problems = unreachable(specs)
+    if problems and if_unreachable != "skip":
+        name, why = next(iter(problems.items()))
+        raise UsageError(f"--tracker {name}: {why}; start it, unset MLFLOW_TRACKING_URI to write OUT/mlruns instead, "
+                         "or train without it: --if-tracker-unreachable skip")
+    for name, why in problems.items():
+        print(f"scaletrain: note: {why}; training without the {name} tracker (--if-tracker-unreachable skip)",
+              file=sys.stderr, flush=True)
+    return [spec for spec in specs if not (isinstance(spec, str) and spec in problems)]
+
+
 def _installed(package: str) -> bool:
     if package in sys.modules:  # also None there: an import that is known to fail
         return sys.modules[package] is not None
@@ -72,6 +103,7 @@ def open_trackers(specs: Sequence[TrackerSpec], directory: Path, run_name: Optio
     check_trackers(specs)
     if not active or not specs:
         return Trackers([])
+    check_reachable(specs)  # found in seconds, not after a client's minutes of retries
     directory = Path(directory)
     name = run_name or directory.absolute().name
     opened = []
