@@ -247,3 +247,21 @@ def test_a_tracking_server_that_is_down_is_found_in_seconds_and_the_user_chooses
     assert skipped.returncode == 0, skipped.stderr
     assert "training without the mlflow tracker" in skipped.stderr
     assert (tmp_path / "skip" / "csv" / "metrics.csv").is_file() and not (tmp_path / "skip" / "mlruns").exists()
+
+
+def test_report_skips_a_record_that_is_not_numbers_and_names_its_line(tmp_path, capsys):
+    """A metrics.jsonl edited by hand: `"train_loss": "abc"` is named and left out, the rest drawn."""
+    from scaletrain.cli import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    epoch = {"kind": "epoch", "epochs": 2, "eval_accuracy": 0.5, "eval_samples": 10, "samples_per_second": 100.0,
+             "epoch_seconds": 1.0, "lr": 0.1}
+    (run_dir / "metrics.jsonl").write_text(
+        json.dumps({**epoch, "epoch": 1, "step": 5, "train_loss": 1.5, "eval_loss": 1.2, "wall_seconds": 1.0}) + "\n"
+        + json.dumps({**epoch, "epoch": 2, "step": 10, "train_loss": "abc", "eval_loss": "abc", "wall_seconds": 2}))
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == f"scaletrain: note: skipped line 2 of {run_dir / 'metrics.jsonl'}: train_loss is 'abc', " \
+                          "not a number"
+    assert (tmp_path / "report" / "comparison.md").is_file()
