@@ -125,6 +125,9 @@ CASES = [
      "is not an address of this host"),
     ("gloo-interface-missing", [], {"GLOO_SOCKET_IFNAME": "eth99"}, "GLOO_SOCKET_IFNAME=eth99 names no interface"),
     ("launch-timeout-text", ["!", "launch", "--timeout", "soon", "examples/plain_ddp.py"], {}, "expected a duration"),
+    ("launch-a-folder", ["!", "launch", _empty_folder], {}, "is a folder without __main__.py"),
+    ("dry-run-master-addr-elsewhere", ["!", "launch", "--dry-run", "--nproc-per-node", "2", "--master-addr",
+                                       "10.1.2.3", "examples/plain_ddp.py"], {}, "is not an address of this host"),
 ]
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",

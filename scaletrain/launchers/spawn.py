@@ -59,9 +59,11 @@ class SpawnLauncher:
         if req.launcher_args:
             raise UsageError("--launcher-args passes arguments to torchrun, mpirun or srun; spawn is no separate "
                              "program: choose one of those launchers or leave --launcher-args out")
-        return replace(req, launcher=self.name, nnodes=1, node_rank=0,
-                       nproc_per_node=req.nproc_per_node or req.default_nproc,
-                       master_addr=req.master_addr or MASTER_ADDR, master_port=req.master_port or PORT_AT_START)
+        req = replace(req, launcher=self.name, nnodes=1, node_rank=0,
+                      nproc_per_node=req.nproc_per_node or req.default_nproc,
+                      master_addr=req.master_addr or MASTER_ADDR, master_port=req.master_port or PORT_AT_START)
+        check_local_master(req)  # here, not in preflight: --dry-run must not show a plan that cannot run
+        return req
 
     def plan(self, req: LaunchRequest, network: Optional[Choice] = None) -> Plan:
         commands = []
@@ -78,7 +80,6 @@ class SpawnLauncher:
 
     def preflight(self, req: LaunchRequest) -> None:
         check_interfaces(req)
-        check_local_master(req)
         warn_if_oversubscribed(req)
         if req.master_port != PORT_AT_START:
             check_port_free(req, req.master_addr, req.master_port)
