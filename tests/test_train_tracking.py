@@ -265,3 +265,14 @@ def test_report_skips_a_record_that_is_not_numbers_and_names_its_line(tmp_path, 
     assert err.strip() == f"scaletrain: note: skipped line 2 of {run_dir / 'metrics.jsonl'}: train_loss is 'abc', " \
                           "not a number"
     assert (tmp_path / "report" / "comparison.md").is_file()
+
+
+def test_under_mpirun_a_log_file_gets_plain_lines_not_the_bar(tmp_path):
+    """mpirun hands its ranks a pseudo-terminal even when its own output is a file: what
+    counts is the command's output, so `> file` gets plain step lines and no control codes."""
+    result = scaletrain("train", "--launcher", "mpirun", "--workload", "digits-mlp", "--epochs", "1",
+                        "--nproc-per-node", "2", "--log-every-steps", "5", "--out", str(tmp_path / "run"),
+                        timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout, repr(result.stdout[:500])
+    assert re.search(r"^step\s+5/", result.stdout, re.M), result.stdout

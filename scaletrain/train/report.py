@@ -128,18 +128,25 @@ class Reporter:
         if self._resumed_at is not None:  # the first epoch record after a resume says so
             record = {**record, "resumed_at_step": self._resumed_at}
             self._resumed_at = None
+        if not record["samples_per_second"]:
+            # No batch of it trained here: a run resumed from a checkpoint taken at the epoch's
+            # end (into another folder, or killed before the epoch's record): its speed was
+            # measured by the run that trained it, not 0.
+            record = {**record, "samples_per_second": None}
         with writing(self.out / METRICS_FILE):
             append_jsonl(self.out / METRICS_FILE, strict_json(record))
         self.trackers.log({**{f"eval/{name}": record[f"eval_{name}"] for name in EVAL_METRICS
                               if record.get(f"eval_{name}") is not None},
                            "train/epoch_loss": record["train_loss"],
-                           "train/epoch_samples_per_second": record["samples_per_second"],
+                           **({"train/epoch_samples_per_second": record["samples_per_second"]}
+                              if record["samples_per_second"] is not None else {}),
                            "epoch": record["epoch"]}, record["step"])
         held_out = "  ".join(f"held-out {EVAL_METRICS[name]} {record[f'eval_{name}']:.4f}" for name in EVAL_METRICS
                              if record.get(f"eval_{name}") is not None) if record["eval_samples"] else \
             "held-out: none (the held-out set is empty)"
-        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  "
-                 f"{held_out}  {record['samples_per_second']:,.0f} samples/s")
+        speed = (f"{record['samples_per_second']:,.0f} samples/s" if record["samples_per_second"] is not None else
+                 "trained before the resume")
+        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  {held_out}  {speed}")
 
     def finish(self, summary: dict) -> None:
         if not self.is_main:
