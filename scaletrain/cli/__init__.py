@@ -65,14 +65,23 @@ def build_parser(only: Optional[str] = None) -> OneLineParser:
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs a command; its exit status. Ctrl-C, SIGTERM and SIGHUP end it with 130, 143 and
     129 and one line (none in a rank: its launcher says it once), never a traceback."""
+    from ..launchers import warm
+
     rank = _launched()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with stop_signals() if not rank else contextlib.nullcontext():
-            return _run(list(sys.argv[1:] if argv is None else argv))
+            if chosen_command(argv) == "train" and not rank:
+                from .train_warm_up import ranks_to_warm
+
+                warm.warm_up(ranks_to_warm(argv))  # its ranks import torch while this process does
+            return _run(argv)
     except KeyboardInterrupt:
         return _stopped(Stopped(signal.SIGINT), rank)
     except Stopped as exc:
         return _stopped(exc, rank)
+    finally:
+        warm.discard()
 
 
 def _run(argv: list[str]) -> int:

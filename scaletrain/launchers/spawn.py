@@ -28,6 +28,7 @@ from typing import Callable, Optional, Protocol
 from ..defaults import MASTER_ADDR, STOP_GRACE_S
 from ..errors import UsageError
 from ..netif import Choice
+from . import warm
 from .base import Job, network_env
 from .failures import signal_summary, write_record
 from .interrupts import Interrupts
@@ -105,10 +106,12 @@ class RankProcess(Protocol):
 
 
 class RankCommand:
-    """A rank started as a program of its own, with this process's environment plus `env`."""
+    """A rank started as a program of its own, with this process's environment plus `env`
+    (in a warm interpreter when the command started some: warm.py)."""
 
     def __init__(self, argv, env: dict):
-        self.popen = subprocess.Popen(list(argv), env={**os.environ, **env})
+        environ = {**os.environ, **env}
+        self.popen = warm.take(argv, environ) or subprocess.Popen(list(argv), env=environ)
         self.pid = self.popen.pid
 
     def exit_status(self) -> Optional[int]:
