@@ -85,9 +85,25 @@ def discard() -> None:
         proc.wait()
 
 
-def main() -> None:
-    import torch  # noqa: F401 - the point of it: imported while the command checks its flags
+#: What a rank of `scaletrain train` imports before its first step, in that order: torch,
+#: the trainer, and torch's compiler front end (its optimizer imports it when created).
+#: None of them reads the environment when imported, which is not the rank's yet.
+PRELOAD = ("torch", "scaletrain.cli.train_rank", "scaletrain.train.loop", "torch._dynamo")
 
+
+def _order_ready() -> bool:
+    import select
+
+    return bool(select.select([sys.stdin], [], [], 0)[0])
+
+
+def main() -> None:
+    import importlib
+
+    for name in PRELOAD:  # until the command is ready; whatever is left is imported when needed
+        importlib.import_module(name)
+        if _order_ready():
+            break
     line = sys.stdin.buffer.readline()
     if not line:  # the command ended without needing this process
         os._exit(0)
