@@ -85,10 +85,12 @@ def discard() -> None:
         proc.wait()
 
 
-#: What a rank of `scaletrain train` imports before its first step, in that order: torch,
-#: the trainer, and torch's compiler front end (its optimizer imports it when created).
-#: None of them reads the environment when imported, which is not the rank's yet.
-PRELOAD = ("torch", "scaletrain.cli.train_rank", "scaletrain.train.loop", "torch._dynamo")
+#: What a rank of `scaletrain train` imports first: torch, then the trainer. Neither reads
+#: the environment when imported, which is not the rank's yet. (Not more: torch's compiler
+#: front end, imported when the optimizer is made, takes as long as torch; an interpreter
+#: that began it before its command came would keep its peers waiting at the rendezvous,
+#: then wait for them while they import it in turn.)
+PRELOAD = ("torch", "scaletrain.cli.train_rank", "scaletrain.train.loop")
 
 
 def _order_ready() -> bool:
