@@ -97,8 +97,7 @@ def test_no_rank_outlives_a_launcher_killed_outright(launcher):
     assert "is gone; stopping this rank" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("launcher", ["spawn", "torchrun", "mpirun"])
-@pytest.mark.parametrize("after", [0.6, 1.8])
+@pytest.mark.parametrize("launcher, after", [("spawn", 0.6), ("spawn", 1.8), ("torchrun", 1.8), ("mpirun", 1.8)])
 def test_an_early_ctrl_c_is_one_line_and_130(launcher, after, tmp_path):
     """Ctrl-C while the command still imports, checks or starts its ranks: no traceback."""
     import sys

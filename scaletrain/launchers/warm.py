@@ -86,11 +86,12 @@ def discard() -> None:
 
 
 #: What a rank of `scaletrain train` imports first: torch, then the trainer. Neither reads
-#: the environment when imported, which is not the rank's yet. (Not more: torch's compiler
+#: the environment when imported, which is not the rank's yet. (The modules it runs as
+#: `__main__` are left to run then: runpy warns of one already imported.) (Not more: torch's compiler
 #: front end, imported when the optimizer is made, takes as long as torch; an interpreter
 #: that began it before its command came would keep its peers waiting at the rendezvous,
 #: then wait for them while they import it in turn.)
-PRELOAD = ("torch", "scaletrain.cli.train_rank", "scaletrain.train.loop")
+PRELOAD = ("torch", "scaletrain.train.loop")
 
 
 def _order_ready() -> bool:
