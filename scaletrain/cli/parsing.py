@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 
 from ..values import duration, non_negative_int, port, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
 

@@ -187,6 +187,6 @@ def _self_test_fix(backend: str) -> str:
         return (f"the self-test's processes use {var}={value} too, which names no interface here: set it to one "
                 f"that exists ({', '.join(sorted(netif.interface_names()))}) or unset it")
     if backend != "gloo":
-        return f"run `scaletrain env` to see the usable backends; without a GPU use --backend gloo"
+        return "run `scaletrain env` to see the usable backends; without a GPU use --backend gloo"
     return ("run `scaletrain env` and check the network on this machine: loopback must accept connections (a "
             "firewall rule on lo?), and GLOO_SOCKET_IFNAME, when set, must name a working interface")
