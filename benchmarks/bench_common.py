@@ -25,6 +25,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=3, help="the first is warm-up, the rest are timed")
     p.add_argument("--result", type=Path, required=True, help="JSON file rank 0 writes its timings to")
     p.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most (0: all; for smoke tests)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="(raw and scaletrain runners) cuda: one GPU per process, NCCL")
     p.add_argument("--processes", type=int, default=1, help="(Fabric only: it starts the processes itself)")
     p.add_argument("--grad-compression", default="none", help="(scaletrain runners only)")
     p.add_argument("--no-pin", action="store_true",
@@ -44,6 +46,12 @@ def build(workload_name: str, seed: int = 0):
     return model, train_set, workload.lr
 
 
+def _wait_for_gpu() -> None:
+    """On CUDA a step returns before its kernels ran: time what the GPU has finished."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 class Timer:
     """Per-epoch seconds and samples on this rank, plus when the first step ended."""
 
@@ -55,18 +63,21 @@ class Timer:
         self._samples = self._steps = 0
 
     def start_epoch(self) -> None:
+        _wait_for_gpu()
         self._samples = self._steps = 0
         self._start = time.perf_counter()
 
     def step(self, samples: int) -> bool:
         """Counts a finished step; False when the epoch should stop (--max-steps reached)."""
         if self.first_step_wall is None:
+            _wait_for_gpu()
             self.first_step_wall = time.time()
         self._samples += samples
         self._steps += 1
         return not (self.max_steps and self._steps >= self.max_steps)
 
     def end_epoch(self) -> None:
+        _wait_for_gpu()
         self.epochs.append((time.perf_counter() - self._start, self._samples))
 
     def write(self, path: Path, **facts) -> None:

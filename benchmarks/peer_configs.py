@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,6 +37,7 @@ class Config:
     #: "" for processes on this machine; else two namespace hosts (testbed/netns.sh), one
     #: process and one core each, joined by a link capped at this tc rate ("veth": no cap).
     link: str = ""
+    device: str = "cpu"  # cuda: one GPU per process, NCCL (raw, api, api-unpinned, trainer)
 
     @property
     def key(self) -> str:
@@ -46,7 +47,7 @@ class Config:
 
 
 def build_configs(workloads: list[str], nprocs: list[int], runners: list[str], compressions: list[str],
-                  links: list[str] = ()) -> list[Config]:
+                  links: list[str] = (), device: str = "cpu") -> list[Config]:
     """Every runner at every workload and process count; on the communication-heavy MLP
     (2+ processes) scaletrain's runners also with each gradient compression, and the trainer
     with and without it between two hosts over each link."""
@@ -60,7 +61,7 @@ def build_configs(workloads: list[str], nprocs: list[int], runners: list[str], c
                             for r in runners if r in ("api", "trainer")]
             if nproc == 2 and "mlp" in workload and compressed:
                 configs += [Config("trainer", workload, 2, c, link) for link in links for c in ["none", *compressed]]
-    return configs
+    return [replace(c, device=device) for c in configs]
 
 
 def free_port() -> int:
@@ -77,7 +78,7 @@ def torchrun(nproc: int) -> list[str]:
 def command(config: Config, result: Path, out: Path, epochs: int, batch: int, max_steps: int = 0) -> list[str]:
     """The argv of one run. Peers get their documented launch commands and no tuning."""
     common = ["--workload", config.workload, "--batch-size", str(batch), "--epochs", str(epochs),
-              "--result", str(result), "--max-steps", str(max_steps)]
+              "--result", str(result), "--max-steps", str(max_steps), "--device", config.device]
     if config.runner == "raw":
         return [*torchrun(config.nproc), str(HERE / "run_raw_ddp.py"), *common]
     if config.runner in ("api", "api-unpinned"):
@@ -99,7 +100,7 @@ def trainer_command(config: Config, nproc_per_node: int, out: Path, epochs: int,
     """`scaletrain train` with its defaults, on this machine or (with launcher options
     appended) as one node of several."""
     return [PY, "-m", "scaletrain", "train", "--workload", config.workload, "--nproc-per-node", str(nproc_per_node),
-            "--batch-size", str(batch), "--epochs", str(epochs), "--device", "cpu",
+            "--batch-size", str(batch), "--epochs", str(epochs), "--device", config.device,
             "--grad-compression", config.compression, "--out", str(out)]
 
 

@@ -19,7 +19,7 @@ PEERS = {
            "`torchrun --nproc-per-node N`, scaletrain's defaults",
     "api-unpinned": "the same API loop given exactly the raw loop's settings: `scaletrain.init(pin=False)` "
                     "(one thread per process, core affinity left to the OS) — the library's own cost",
-    "trainer": "`scaletrain train --workload W --nproc-per-node N --device cpu`, scaletrain's defaults",
+    "trainer": "`scaletrain train --workload W --nproc-per-node N --device D`, scaletrain's defaults",
     "accelerate": "`accelerate launch [--multi_gpu --num_processes N] run_accelerate.py`, `Accelerator(cpu=True)` "
                   "when no GPU is visible, no config file, Accelerate's own thread default",
     "fabric": "`Fabric(accelerator=\"cpu\", devices=N, strategy=\"ddp\")` + `fabric.launch()` (its subprocess "
@@ -132,7 +132,7 @@ def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: li
         f"Written by `benchmarks/peers.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
         f"in {seconds / 60:.1f} min: {args.reps} alternating repetition(s) of every configuration, "
         f"{args.epochs} epochs each (the first is warm-up), batch {args.batch_size} per process, Adam, "
-        f"CPU (gloo), {_machine()}, torch {torch.__version__}, Python {platform.python_version()}.",
+        f"{_device(args.device)}, {_machine()}, torch {torch.__version__}, Python {platform.python_version()}.",
         "",
         "Medians; ratios against raw DDP with the same workload and process count. Start-up is from "
         "starting the command to the end of the first training step.",
@@ -175,6 +175,14 @@ def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: li
     for key, runs in results.items():
         lines.append(f"- {key}: " + ", ".join(f"{r['samples_per_second']:.0f}" for r in runs))
     return "\n".join(lines) + "\n"
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "cuda":
+        return f"CUDA (nccl), one GPU per process: {torch.cuda.get_device_name(0)}"
+    return "CPU (gloo)"
 
 
 def _machine() -> str:

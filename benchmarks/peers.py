@@ -22,7 +22,8 @@ Runs alternate (round robin, the order rotated every repetition) so that a slow 
 shared machine hits every configuration alike; the tables show medians and ratios against
 raw DDP at the same workload and process count. Throughput is samples/s over the epochs
 after the first; start-up is from the moment the command is started to the end of the
-first training step. The whole benchmark runs on the CPU (gloo).
+first training step. The benchmark runs on the CPU (gloo); `--device cuda` runs raw, api,
+api-unpinned and trainer on one GPU per process over NCCL instead.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from peer_configs import build_configs, links_unavailable, prepare_link, run_con
 from peer_report import accuracy_rows, markdown, print_table  # noqa: E402
 
 REPO = HERE.parent
+#: The runners that take --device cuda.
+CUDA_RUNNERS = ("raw", "api", "api-unpinned", "trainer")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -65,13 +68,28 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="smoke test: synthetic-cnn, raw and the api only, 1 repetition, 2 epochs of at most 3 steps")
     p.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most, for raw/api/peers (0: all)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before one run is killed")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: one GPU per process over NCCL, for the runners raw, api, api-unpinned and trainer "
+                        "(default cpu: Gloo)")
     p.add_argument("--out", type=Path, default=REPO / "docs" / "performance-results.md",
                    help="markdown file to write (default docs/performance-results.md)")
     args = p.parse_args(argv)
     if args.quick:
         args.reps, args.workloads, args.runners, args.compression, args.epochs = 1, "synthetic-cnn", "raw,api,api-unpinned", "none", 2
         args.max_steps, args.links = 3, "none"
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA device is visible here; use --device cpu")
+    cpu_only = sorted(set(args.runners.split(",")) - set(CUDA_RUNNERS))
+    if args.device == "cuda" and cpu_only:
+        p.error(f"--device cuda: the runners {','.join(cpu_only)} run on the CPU only; give --runners "
+                f"{','.join(r for r in args.runners.split(',') if r in CUDA_RUNNERS) or 'raw,api'}")
     args.link_list = [link for link in args.links.split(",") if link and link != "none"]
+    if args.link_list and args.device == "cuda":
+        print("note: skipping the two-host links (they compare CPU hosts; --links none hides this note)", flush=True)
+        args.link_list = []
     if args.link_list and (why := links_unavailable()):
         print(f"note: skipping the two-host links ({why}; --links none hides this note)", flush=True)
         args.link_list = []
@@ -81,7 +99,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     configs = build_configs([w for w in args.workloads.split(",") if w], [int(n) for n in args.nprocs.split(",")],
-                            [r for r in args.runners.split(",") if r], args.compression.split(","), args.link_list)
+                            [r for r in args.runners.split(",") if r], args.compression.split(","), args.link_list,
+                            args.device)
     results: dict[str, list[dict]] = {c.key: [] for c in configs}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch, two_hosts(any(c.link for c in configs)):

@@ -3,7 +3,7 @@ workload, over several `scaletrain bench` runs.
 
     python benchmarks/plan_vs_bench.py [--workloads synthetic-cnn,synthetic-mlp,digits-cnn,digits-mlp] [--runs 5]
 
-Each bench run (defaults: `--nproc 1,2`, rounds until decided or the budget) measures the plan's
+Each bench run (defaults: `--world-sizes 1,2`, rounds until decided or the budget) measures the plan's
 components in every round, as `scaletrain plan` does, and records the prediction beside the
 measurement. For each workload the table shows the median over the runs of the predicted and
 of the measured speedup, the error of the medians, and every run's own error. Every bench runs
@@ -46,7 +46,7 @@ from scaletrain.plan.probe import probe_from_dict  # noqa: E402
 def predicted_again(doc: dict) -> dict:
     """The 2-process DDP prediction from each round's recorded probe, with today's cost model:
     {"speedup": per-round predicted speedups against DDP on one process, "comm_ms": ...}."""
-    options = default_options("cpu", procs_per_node=2)
+    options = default_options("cpu", nproc_per_node=2)
     ones, twos = [], []
     for recorded in doc["probes"]:
         probe = probe_from_dict(recorded)
@@ -72,7 +72,7 @@ def summary_of(doc: dict) -> dict:
 def bench(workload: str, out: Path, extra: list[str], lock_held: bool) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "scaletrain", "bench", "--workload", workload, "--nproc", "1,2", *extra,
+    cmd = [sys.executable, "-m", "scaletrain", "bench", "--workload", workload, "--world-sizes", "1,2", *extra,
            "--out", str(out)]
     done = subprocess.run(cmd if lock_held else ["flock", LOCK, *cmd], capture_output=True, text=True, timeout=1800,
                           env=env, cwd=REPO)

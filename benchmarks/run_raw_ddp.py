@@ -19,16 +19,21 @@ from bench_common import Timer, build, parse_args, timed_epochs  # noqa: E402
 
 def main() -> None:
     args = parse_args()
-    dist.init_process_group("gloo")  # torchrun's env:// variables
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")  # torchrun's env:// variables
     rank, world = dist.get_rank(), dist.get_world_size()
     model, train_set, lr = build(args.workload)
-    model = DistributedDataParallel(model)
+    model = DistributedDataParallel(model.to(device), device_ids=[device] if cuda else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, pin_memory=cuda)
     timer = Timer(rank, world, args.max_steps)
 
     def step(inputs, targets):
+        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(inputs), targets)
         loss.backward()

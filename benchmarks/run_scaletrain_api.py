@@ -17,7 +17,7 @@ from bench_common import Timer, build, parse_args, timed_epochs  # noqa: E402
 def main() -> None:
     args = parse_args()
     options = {} if args.grad_compression == "none" else {"grad_compression": args.grad_compression}
-    with scaletrain.init(strategy="ddp", pin=not args.no_pin, **options) as run:
+    with scaletrain.init(strategy="ddp", device=args.device, pin=not args.no_pin, **options) as run:
         model, train_set, lr = build(args.workload)
         model, optimizer = run.setup(model, torch.optim.Adam(model.parameters(), lr=lr))
         loader = run.loader(train_set, batch_size=args.batch_size, shuffle=True)

@@ -85,7 +85,7 @@ def long_round(args, index: int, tmp: Path) -> tuple[float, float]:
 
 def bench_run(args, index: int, tmp: Path) -> dict:
     out = tmp / f"bench-{index}"
-    _run([sys.executable, "-m", "scaletrain", "bench", "--workload", args.workload, "--nproc", "1,2",
+    _run([sys.executable, "-m", "scaletrain", "bench", "--workload", args.workload, "--world-sizes", "1,2",
           *args.bench_args, "--out", str(out)])
     doc = json.loads((out / "bench.json").read_text())
     two = next(r for r in doc["configurations"] if r["strategy"] == "ddp" and r["nproc"] == 2)

@@ -32,7 +32,6 @@ from .backends import choose_backend
 from .batches import NO_TARGETS
 from . import evaluation
 from .checkpoint import DEFAULT_KEEP, Checkpointer
-from .compiling import compile_blocks
 from .context import ProcessContext
 from .data import ShardedLoader
 from .defaults import HANG_TIMEOUT_S
@@ -40,10 +39,12 @@ from .devices import choose_device, pin_cores, threads_per_process
 from .environment import DistEnv, detect
 from .errors import UsageError, arg
 from .fault.start import backstop_timeout, start_watchdog
+from .memory import MemoryMeter
+from .parallel import ModelPart, Prepared, Topology
+from .parallel.model_state import ModuleState
 from .precision import LossScaler
 from .run_collectives import RunCollectives
-from .strategies import Prepared, Strategy, get_strategy
-from .strategies.model_state import ModuleState
+from .strategies import Strategy, get_strategy
 from .track import Trackers, TrackerSpec, check_trackers, open_trackers
 
 
@@ -61,6 +62,8 @@ class Run(RunCollectives):
         self.env = env
         self.strategy = strategy
         self.ctx = ctx
+        #: The run's parallel dimensions and device mesh: every topology question is its.
+        self.topology: Topology = strategy.topology(ctx)
         self.seed = seed
         self._owns_group = owns_group
         self._closed = False
@@ -71,7 +74,10 @@ class Run(RunCollectives):
         self._watchdog = None  # hang detection, when there are peers to wait for
         self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
         self.trackers = Trackers([])  # init(trackers=...): rank 0's experiment trackers
-        self.scaler = LossScaler(strategy.precision, ctx.device, strategy.shards_gradients)  # fp16's loss scaling
+        # fp16's loss scaling; where processes hold different gradients, they agree on overflow.
+        self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
+        self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
+        self.memory = MemoryMeter(ctx.device)  # made again once the process group is up (init)
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -87,35 +93,70 @@ class Run(RunCollectives):
 
     @property
     def data_parallel_rank(self) -> int:
-        return self.strategy.data_parallel(self.ctx)[0]
+        """Which data-parallel shard of every global batch this process reads."""
+        return self.topology.dp_rank
 
     @property
     def data_parallel_size(self) -> int:
-        return self.strategy.data_parallel(self.ctx)[1]
+        """How many different batches one optimizer step sees (replicas × shards)."""
+        return self.topology.dp_size
+
+    @property
+    def mesh(self):
+        """The DeviceMesh of the run, dimensions ("pp", "dp_replicate", "dp_shard", "tp")."""
+        return self.topology.mesh
 
     # -- model and data -----------------------------------------------------------------
-    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None):
+    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None, *,
+              init_fn: Optional[Callable[[nn.Module], None]] = None):
         """Places and wraps the model for the strategy and points the optimizer (your own
         object, changed in place) at the parameters this process trains, so a scheduler
         bound to it keeps driving it. Returns the model; (model, optimizer) when an
         optimizer is given; (model, optimizer, scheduler) when a scheduler is given too.
-        Call it once per model (a GAN's generator and discriminator: twice)."""
+        Call it once per model (a GAN's generator and discriminator: twice).
+
+        A model built inside `run.meta_device()` holds no memory yet: it is parallelised
+        first, then each process materialises and initialises only its own share, with the
+        weights an ordinary build would have had (each module's `reset_parameters`, a Hugging
+        Face model's `_init_weights`; or `init_fn(module)`, called on every module)."""
         if any(model is p.model or model is p.module for p in self._prepared.values()):
             raise UsageError("run.setup was already called on this model: call it once per model and keep using "
                              "what it returned (model, optimizer = run.setup(model, optimizer))")
-        prepared = self.strategy.setup(self.ctx, model, optimizer)
+        prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
+        self.scaler.sharded = self.topology.gradients_differ  # a strategy may settle its dimensions here (auto)
         self._prepared[id(prepared.model)] = prepared
-        if self.strategy.options.compile:
-            compiled = compile_blocks(prepared.module)
-            self.print(f"scaletrain: torch.compile on {len(compiled)} block(s) ({', '.join(compiled) or 'the model'}); "
-                       "the first steps are slow while they compile")
-        if prepared.banner:
-            self.print(prepared.banner)
+        for line in prepared.banner:
+            self.print(f"scaletrain: {line}")
         if scheduler is not None:
             if getattr(scheduler, "optimizer", prepared.optimizer) is not prepared.optimizer:
                 scheduler.optimizer = prepared.optimizer  # drive the optimizer that really steps
             return prepared.model, prepared.optimizer, scheduler
         return prepared.model if optimizer is None else (prepared.model, prepared.optimizer)
+
+    @contextlib.contextmanager
+    def meta_device(self):
+        """Build a model inside this block and it holds no memory until `run.setup` gives each
+        process its share of it: for models larger than one process. The random state the
+        build starts drawing from is kept, so that setup initialises the model exactly as
+        building it here on a real device would have.
+
+            with run.meta_device():
+                model = MyModel()                     # shapes only
+            model, optimizer = run.setup(model, torch.optim.AdamW(model.parameters()))
+        """
+        def first_parameter(module, name, param):
+            # The state before the first module draws its initial weights: after any seeding
+            # the building code does itself (a factory that calls torch.manual_seed first).
+            if self._meta_rng is None:
+                self._meta_rng = torch.get_rng_state()
+
+        self._meta_rng = None
+        hook = torch.nn.modules.module.register_module_parameter_registration_hook(first_parameter)
+        try:
+            with torch.device("meta"):
+                yield
+        finally:
+            hook.remove()
 
     def prepared(self, model: nn.Module, training: bool = True) -> Prepared:
         """The strategy's per-run state for a model that `setup` returned. A model never
@@ -133,7 +174,7 @@ class Run(RunCollectives):
             raise UsageError(f"this model was never given to run.setup, so its gradients would not be synchronised "
                              f"and the {self.world_size} processes would train {self.world_size} different models; "
                              "prepare it first: model, optimizer = run.setup(model, optimizer)")
-        return Prepared(self.strategy, self.ctx, model, None, module=model)
+        return Prepared(self.strategy.configuration(self.topology), ModelPart(module=model, model=model), None)
 
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:
@@ -145,9 +186,9 @@ class Run(RunCollectives):
         (a stream: dealt out as it is read, each sample to one rank and one worker per
         epoch; it must yield the same samples in the same order on every rank).
         `collate_fn`, `num_workers` and DataLoader's other arguments pass through."""
-        rank, size = self.strategy.data_parallel(self.ctx)
         drop_last = drop_last or self.strategy.whole_batches_only()
-        return ShardedLoader(dataset, batch_size, shard=rank, num_shards=size, shuffle=shuffle,
+        return ShardedLoader(dataset, batch_size, shard=self.data_parallel_rank, num_shards=self.data_parallel_size,
+                             shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
                              device=self.device, **loader_kwargs)
 
@@ -273,12 +314,17 @@ class Run(RunCollectives):
         default the loss, and the accuracy when the model is a classifier (a tensor of
         logits, integer targets). The loss is `loss_fn(output, targets...)` (a mean over the
         batch) when given, else the model's own `output.loss`."""
-        rank, size = self.strategy.data_parallel(self.ctx)
-        with self.watch("evaluate"):
-            return evaluation.evaluate(self.prepared(model, training=False), dataset, batch_size=batch_size,
-                                       loss_fn=loss_fn,
-                                       metrics=metrics, collate_fn=collate_fn, shard=rank, num_shards=size,
-                                       device=self.device, all_reduce=self._all_reduce, loader_kwargs=loader_kwargs)
+        self.memory.snapshot()  # the training peak so far; evaluation's own is not training's
+        try:
+            with self.watch("evaluate"):
+                return evaluation.evaluate(self.prepared(model, training=False), dataset, batch_size=batch_size,
+                                           loss_fn=loss_fn,
+                                           metrics=metrics, collate_fn=collate_fn, shard=self.data_parallel_rank,
+                                           num_shards=self.data_parallel_size, device=self.device,
+                                           all_reduce=self._all_reduce, reports=self.topology.reports_outputs,
+                                           loader_kwargs=loader_kwargs)
+        finally:
+            self.memory.reset_peak()
 
     # -- communication helpers ----------------------------------------------------------
     def watch(self, name: str):
@@ -342,16 +388,32 @@ class Run(RunCollectives):
     def describe(self) -> dict:
         """Facts about this run for summary.json. Every rank must call it: it gathers each
         process's memory of parameters, gradients and optimizer state."""
-        rank, size = self.strategy.data_parallel(self.ctx)
         facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
                  "world_size": self.world_size, "nnodes": self.nnodes,
                  "nproc_per_node": self.local_world_size, "launcher": self.env.launcher,
-                 "threads_per_process": self.threads, "data_parallel_size": size,
+                 "threads_per_process": self.threads, "data_parallel_size": self.data_parallel_size,
                  "pinned_cores": self.cores}
-        facts.update(self.strategy.describe(self.ctx))
+        facts.update(self.strategy.describe(self.topology))
+        facts.update(self._memory_per_rank())
         for prepared in self._prepared.values():
             facts.update(prepared.describe())
         return facts
+
+    def memory_stats(self) -> dict:
+        """This process's memory in bytes: `baseline_bytes` (at init, before the model was
+        built), `peak_bytes` (the most during training: evaluation left out), `current_bytes`;
+        on CUDA the allocator's figures (and `peak_reserved_bytes`), on a CPU resident memory."""
+        return self.memory.facts()
+
+    def _memory_per_rank(self) -> dict:
+        """Every rank's baseline and peak memory, in rank order (collective)."""
+        mine = self.memory.facts()
+        names = {"baseline_bytes": "baseline_memory_bytes", "peak_bytes": "peak_memory_bytes",
+                 "peak_reserved_bytes": "peak_memory_reserved_bytes", "data_segment_bytes": "data_segment_bytes"}
+        keys = [k for k in names if mine.get(k) is not None]
+        values = self.gather(torch.tensor([[float(mine[k]) for k in keys]], dtype=torch.float64,
+                                          device=self.ctx.gather_device))
+        return {names[k]: [int(row[i]) for row in values.tolist()] for i, k in enumerate(keys)}
 
     def close(self) -> None:
         if not self._closed:
@@ -435,6 +497,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
     run._watchdog = start_watchdog(env, wait)
+    run.memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         run.trackers = open_trackers(trackers, where, active=run.is_main)

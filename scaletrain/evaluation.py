@@ -136,8 +136,10 @@ class _Counted(torch.utils.data.IterableDataset):
 
 def evaluate(prepared, dataset, *, batch_size: int, loss_fn: Optional[Callable], metrics: Any,
              collate_fn: Optional[Callable], shard: int, num_shards: int, device: torch.device,
-             all_reduce: Callable[[torch.Tensor], torch.Tensor], loader_kwargs: Optional[dict] = None) -> dict:
-    """The metrics' means over `dataset`, and "count". Every rank must call it."""
+             all_reduce: Callable[[torch.Tensor], torch.Tensor], reports: bool = True,
+             loader_kwargs: Optional[dict] = None) -> dict:
+    """The metrics' means over `dataset`, and "count". Every rank must call it; those that do
+    not `report` (tensor-parallel peers of a reporting process) compute but do not count."""
     wanted = metric_functions(metrics)
     names: list[str] = list(wanted)
     sums: dict[str, torch.Tensor] = {}
@@ -149,7 +151,7 @@ def evaluate(prepared, dataset, *, batch_size: int, loss_fn: Optional[Callable],
             batch = move_to(batch, device)
             inputs, rest = split(batch, NO_TARGETS)
             output = prepared.predict(inputs)
-            if output is None:  # a process that does not hold the model's output (a pipeline's first stages)
+            if output is None or not reports:  # a pipeline's first stages; a tensor-parallel peer
                 continue
             if not wanted and not names:
                 wanted = default_metrics(output, batch, rest)

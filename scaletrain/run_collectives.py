@@ -15,7 +15,7 @@ def _distributed() -> bool:
 
 
 class RunCollectives:
-    """Mixed into Run: uses its `ctx`, `strategy`, `device`, `is_main` and `watch`."""
+    """Mixed into Run: uses its `ctx`, `topology`, `device`, `is_main` and `watch`."""
 
     def _all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         if _distributed():
@@ -35,11 +35,12 @@ class RunCollectives:
 
     def mean(self, value) -> float | torch.Tensor:
         """Average of a metric across the processes that hold the model's outputs, e.g.
-        `run.mean(loss)`: every rank, except under pipeline, where only last stages have a loss."""
+        `run.mean(loss)`: one per data-parallel shard (a pipeline's last stages; one of each
+        group of tensor-parallel peers, which compute the same loss)."""
         mine = self._as_tensor(value)
-        if not self.strategy.holds_outputs(self.ctx):
+        if not self.topology.reports_outputs:  # a pipeline's first stages; tensor-parallel peers count once
             mine = torch.zeros_like(mine)
-        out = self._all_reduce(mine) / self.strategy.output_holders(self.ctx)
+        out = self._all_reduce(mine) / self.topology.output_reporters
         return out if isinstance(value, torch.Tensor) else out.item()
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:

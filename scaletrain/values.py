@@ -59,3 +59,32 @@ def name_list(text: str) -> tuple:
     if not names or any(not n for n in names):
         raise argparse.ArgumentTypeError(f"expected names separated by commas, e.g. conv2,fc1; got {text!r}")
     return names
+
+
+def factory_name(text: str) -> str:
+    """`module:function`, the name of a user's function (imported where it is used)."""
+    module, sep, function = str(text).partition(":")
+    if not sep or not module or not function:
+        raise argparse.ArgumentTypeError(f"expected module:function, e.g. mymodels:parallelize, got {text!r}")
+    return str(text)
+
+
+def reshard_value(text) -> bool | int:
+    """FSDP's reshard_after_forward: true, false, or a whole number of shards."""
+    if isinstance(text, bool):
+        return text
+    word = str(text).strip().lower()
+    if word in ("true", "yes"):
+        return True
+    if word in ("false", "no"):
+        return False
+    try:
+        value = int(word)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected true, false or a number of shards, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected true, false or a number of shards of at least 1, got {text!r}")
+    return value
+
+
+reshard_value.to_text = lambda value: str(value).lower()  # config.yaml writes what the flag reads back

@@ -9,17 +9,22 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_bench_rounds_give_intervals_a_verdict_and_the_plan_checked(tmp_path):
     out = tmp_path / "bench"
-    result = scaletrain("bench", "--workload", "digits-mlp", "--nproc", "2", "--steps", "4", "--warmup", "1",
+    result = scaletrain("bench", "--workload", "digits-mlp", "--world-sizes", "2", "--steps", "4", "--warmup", "1",
+                        "--strategy", "ddp,pipeline", "--microbatches", "8",
                         "--min-seconds", "0.2", "--rounds", "2", "--out", str(out),
                         "--max-other-load", "2", timeout=300)  # 2 cores: no round left out (see test_measure_rounds)
     assert result.returncode == 0, result.stderr
     doc = json.loads((out / "bench.json").read_text())
     rows = {r["label"]: r for r in doc["configurations"]}
-    assert list(rows) == ["threads-only ×1", "ddp ×1", "ddp ×2"]  # one process is always measured
+    assert list(rows) == ["threads-only ×1", "ddp ×1", "ddp ×2", "pipeline ×1", "pipeline ×2"]  # one process too
+    # The strategy's options reach the processes that measure it, and bench.json says what ran.
+    for label in ("pipeline ×1", "pipeline ×2"):
+        assert rows[label]["options"] == {"microbatches": 8} and rows[label]["microbatches"] == 8, rows[label]
+    assert rows["pipeline ×2"]["mesh"] == "pp 2" and rows["ddp ×2"]["options"] == {}
     base, one, two = rows["threads-only ×1"], rows["ddp ×1"], rows["ddp ×2"]
     assert doc["reference"] in ("ddp ×1",) and one["reference"] and not base["reference"]
     assert base["baseline"] and base["threads_per_process"] == doc["cores"]
-    assert two["nproc"] == 2 and two["global_batch_size"] == 64 and two["rounds"] == 2
+    assert two["world_size"] == 2 and two["global_batch_size"] == 64 and two["rounds"] == 2
     assert two["threads_per_process"] == max(1, doc["cores"] // 2)
     # every figure: median, 95% interval, rounds and the per-round values
     rate = two["samples_per_s"]
@@ -44,7 +49,7 @@ def test_bench_rounds_give_intervals_a_verdict_and_the_plan_checked(tmp_path):
 
 def test_bench_accuracy_reports_held_out_accuracy_per_learning_rate_rule(tmp_path):
     out = tmp_path / "acc"
-    result = scaletrain("bench", "--accuracy", "--workload", "digits-mlp", "--epochs", "1", "--nproc", "2",
+    result = scaletrain("bench", "--accuracy", "--workload", "digits-mlp", "--epochs", "1", "--world-sizes", "2",
                         "--no-predict", "--lr-scaling", "linear", "--rounds", "1", "--out", str(out), "--max-other-load", "2",
                         timeout=240)
     assert result.returncode == 0, result.stderr

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from scaletrain.cli import main
+
 from .helpers import scaletrain
 
 
@@ -30,6 +32,11 @@ def test_train_digits_reaches_accuracy(tmp_path, nproc):
     assert f"world size        │ {nproc}" in result.stdout or f"│ {nproc} (1 node" in result.stdout
     epoch_lines = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
     assert len(epoch_lines) == summary["epochs"]  # rank 0 prints, once per epoch
+    # Memory measured: each process's training peak above its baseline (before the model).
+    peaks, bases = summary["peak_memory_bytes"], summary["baseline_memory_bytes"]
+    assert len(peaks) == len(bases) == nproc and all(p > b > 0 for p, b in zip(peaks, bases))
+    assert all(m["memory_bytes"] > 0 for m in metrics if m["kind"] == "step")
+    assert "peak memory / process" in result.stdout
 
 
 USER_FACTORIES = '''
@@ -113,3 +120,17 @@ def test_out_that_cannot_be_written(tmp_path):
     result = scaletrain("train", "--out", str(busy), timeout=60)
     assert result.returncode == 2 and "already holds files" in result.stderr
     assert (busy / "summary.json").read_text() == "{}"
+
+
+def test_max_steps_stops_after_n_optimizer_steps(tmp_path):
+    """--max-steps counts optimizer steps (micro-steps ÷ --grad-accum), takes the epochs it needs
+    when --epochs is not given, and ends as an epoch ends: evaluation, summary."""
+    out = tmp_path / "steps"
+    assert main(["train", "--nproc-per-node", "1", "--workload", "digits-mlp", "--max-steps", "50", "--grad-accum", "2",
+                 "--batch-size", "16", "--log-every-steps", "20", "--out", str(out)]) == 0
+    summary = _summary(out)
+    assert summary["optimizer_steps"] == 50 and summary["max_steps"] == 50
+    assert summary["epochs"] == 2  # 100 micro-steps of 16 from 1,437 samples (90 per epoch): into a second epoch
+    epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in epochs if e["kind"] == "epoch"] == [90, 100]
+    assert summary["final_accuracy"] is not None

@@ -17,11 +17,13 @@ def run_in_process(argv, capsys) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("args,words", [
-    (["bench", "--nproc", "0"], "--nproc"),
-    (["bench", "--nproc", "one"], "--nproc"),
+    (["bench", "--world-sizes", "0"], "--world-sizes"),
+    (["bench", "--world-sizes", "one"], "--world-sizes"),
+    (["bench", "--strategy", "ddp", "--microbatches", "4"], "--microbatches applies to mp, hybrid, pipeline"),
+    (["bench", "--strategy", "fsdp", "--tp", "3"], "do not fit"),
     (["bench", "--strategy", "nosuch"], "--strategy"),
     (["bench", "--lr-scaling", "cubic"], "--lr-scaling"),
-    (["bench", "--strategy", "single", "--nproc", "2"], "--strategy ddp"),
+    (["bench", "--strategy", "single", "--world-sizes", "2"], "--strategy ddp"),
     (["bench", "--model", "nosuchmodule:build"], "--model"),
     (["bench", "--steps", "0"], "--steps"),
     (["bench", "--budget", "0"], "--budget"),

@@ -151,7 +151,7 @@ def _probe(step_2_threads=0.1, step_1_thread=0.15, grad=8_000_000, busbw=1e9, al
 
 
 def _options(**kw):
-    values = dict(procs_per_node=2, cores=2, link_gbps=10.0, link_latency_s=2e-5, overlap=0.0, microbatches=4,
+    values = dict(nproc_per_node=2, cores=2, link_gbps=10.0, link_latency_s=2e-5, overlap=0.0, microbatches=4,
                   device_memory_bytes=1e12)
     values.update(kw)
     return Options(**values)
@@ -224,7 +224,7 @@ def test_plan_report_prints_measurements_table_and_conclusions(capsys):
 
 def test_more_processes_than_cores_share_them():
     probe = _probe()
-    p4 = predict(probe, "ddp", 4, _options(procs_per_node=4))  # 4 processes on this 2-core machine
+    p4 = predict(probe, "ddp", 4, _options(nproc_per_node=4))  # 4 processes on this 2-core machine
     assert p4.nodes == 1 and p4.threads == 1
     assert p4.compute_s == pytest.approx(2 * 0.15)
 

@@ -56,11 +56,11 @@ def test_rounds_stop_when_decided_or_when_the_budget_would_run_out():
 
 
 def _rows(speedups: dict[str, list[float]]):
-    ref = {"label": "ddp ×1", "nproc": 1, "samples_per_s": ratio_spread([1000, 1010, 990])}
+    ref = {"label": "ddp ×1", "world_size": 1, "samples_per_s": ratio_spread([1000, 1010, 990])}
     rows = [ref]
     for label, values in speedups.items():
         s = ratio_spread(values)
-        rows.append({"label": label, "nproc": int(label[-1]), "speedup": s, "efficiency": s.scaled(1 / int(label[-1]))})
+        rows.append({"label": label, "world_size": int(label[-1]), "speedup": s, "efficiency": s.scaled(1 / int(label[-1]))})
     return rows, ref
 
 

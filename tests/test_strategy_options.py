@@ -9,7 +9,7 @@ from torch import nn
 from scaletrain.cli import main
 from scaletrain.errors import UsageError
 from scaletrain.strategies import get_strategy
-from scaletrain.strategies.splitting import balanced_cuts, plan_split
+from scaletrain.parallel.splitting import balanced_cuts, cut_blocks
 from scaletrain.workloads.models import cifar_cnn, digits_cnn
 from tests.helpers import scaletrain
 
@@ -59,7 +59,7 @@ def test_library_errors_name_the_library_arguments():
     with pytest.raises(UsageError, match="grad_accum=0"):
         get_strategy("fsdp", grad_accum=0)
     with pytest.raises(UsageError) as refused:
-        get_strategy("pipeline", microbatches=3).check_plan(2, None, 32)
+        get_strategy("pipeline", microbatches=3).check_model(2, None, 32)
     assert str(refused.value).startswith("microbatches=3 does not divide the batch of 32; use microbatches=4")
     assert "--" not in str(refused.value)
 
@@ -88,9 +88,9 @@ def test_balanced_cuts_minimise_the_heaviest_part():
 
 def test_automatic_split_balances_parameters_and_keeps_order():
     # cifar_cnn: conv1 ~0.9k, conv2 ~18k, fc1 ~2.1M, fc2 ~5k parameters: fc1 alone is the heavy part.
-    assert plan_split(cifar_cnn(), 2, None, "mp", "--devices-per-process") == [["conv1", "conv2"], ["fc1", "fc2"]]
-    assert plan_split(digits_cnn(), 4, None, "mp", "-K") == [["conv1"], ["conv2"], ["fc1"], ["fc2"]]
-    assert plan_split(digits_cnn(), None, ["fc1"], "mp", "-K") == [["conv1", "conv2"], ["fc1", "fc2"]]
+    assert cut_blocks(cifar_cnn(), 2, None, "mp", "--devices-per-process") == [["conv1", "conv2"], ["fc1", "fc2"]]
+    assert cut_blocks(digits_cnn(), 4, None, "mp", "-K") == [["conv1"], ["conv2"], ["fc1"], ["fc2"]]
+    assert cut_blocks(digits_cnn(), None, ["fc1"], "mp", "-K") == [["conv1", "conv2"], ["fc1", "fc2"]]
 
 
 def test_only_sequential_models_can_be_split():
@@ -99,7 +99,7 @@ def test_only_sequential_models_can_be_split():
             return x
 
     with pytest.raises(UsageError, match="nn.Sequential"):
-        plan_split(Custom(), 2, None, "--strategy mp", "--devices-per-process")
+        cut_blocks(Custom(), 2, None, "--strategy mp", "--devices-per-process")
 
 
 @pytest.mark.parametrize("name", ["single", "dp", "mp", "pipeline", "ddp", "hybrid", "fsdp"])

@@ -17,10 +17,10 @@ from .spec import RunSpec
 
 #: Figures that are rates or whole step times (interval on a log scale), and parts of a step
 #: that may be zero (plain interval).
-_RATIO_FIGURES = ("samples_per_s", "step_s", "compute_s", "data_s", "optimizer_s")
+_RATIO_FIGURES = ("samples_per_s", "step_s", "compute_s", "data_s", "optimizer_s", "peak_memory_bytes")
 _PLAIN_FIGURES = ("exposed_comm_s", "idle_s", "eval_accuracy", "eval_loss")
 _FACTS = ("threads_per_process", "global_batch_size", "lr_factor", "lr", "lr_warmup_steps", "backend", "device",
-          "pinned_cores")
+          "pinned_cores", "mesh", "parallel_dims", "microbatches", "schedule")
 
 
 def reference_key(configs: list[RunSpec], results: dict[str, list[dict]]) -> Optional[str]:
@@ -29,8 +29,8 @@ def reference_key(configs: list[RunSpec], results: dict[str, list[dict]]) -> Opt
     def median_rate(spec: RunSpec) -> float:
         return ratio_spread([r["samples_per_s"] for r in results[spec.key]]).median
 
-    ones = [s for s in configs if s.nproc == 1 and not s.baseline and results[s.key]]
-    ones = ones or [s for s in configs if s.nproc == 1 and results[s.key]]
+    ones = [s for s in configs if s.world_size == 1 and not s.baseline and results[s.key]]
+    ones = ones or [s for s in configs if s.world_size == 1 and results[s.key]]
     return max(ones, key=median_rate).key if ones else None
 
 
@@ -38,6 +38,8 @@ def _figures(runs: list[dict]) -> dict[str, Spread]:
     row = {}
     for key in _RATIO_FIGURES + _PLAIN_FIGURES:
         values = [r.get(key) for r in runs]
+        if key == "peak_memory_bytes":  # the largest process's, each round
+            values = [max(v) if v else None for v in values]
         spread = (ratio_spread if key in _RATIO_FIGURES else plain_spread)(values)
         if spread is not None:
             row[key] = spread
@@ -70,14 +72,15 @@ def combine(configs: list[RunSpec], results: dict[str, list[dict]],
         runs = results[spec.key]
         if not runs:
             continue
-        row = {"label": spec.key, "strategy": spec.strategy, "nproc": spec.nproc, "baseline": spec.baseline,
+        row = {"label": spec.key, "strategy": spec.strategy, "world_size": spec.world_size, "baseline": spec.baseline,
                "reference": spec.key == reference, "lr_scaling": spec.lr_scaling, "rounds": len(runs),
+               "options": spec.options,
                **{k: runs[0].get(k) for k in _FACTS}, **_figures(runs)}
         rates = [r["samples_per_s"] for r in runs]
         if reference is not None:
             ratios = paired_ratios(rates, [r["samples_per_s"] for r in results[reference]])
             row["speedup"] = ratio_spread(ratios)
-            row["efficiency"] = row["speedup"].scaled(1 / spec.nproc)
+            row["efficiency"] = row["speedup"].scaled(1 / spec.world_size)
             if predictions:
                 _predicted(row, spec, predictions, reference, ratios)
         if threads_only is not None:

@@ -22,7 +22,7 @@ PROBE_KEY = "plan's measurements"
 
 
 def measure_config(settings: BenchSettings, spec: RunSpec, folder: Path) -> dict:
-    code = run_job([*to_argv(settings, spec), "--out", str(folder)], spec.nproc)
+    code = run_job([*to_argv(settings, spec), "--out", str(folder)], spec.world_size)
     if code != 0 or not (folder / RESULT_FILE).exists():
         raise RuntimeError(f"measuring {spec.key} failed (exit status {code}); its error is printed above")
     return json.loads((folder / RESULT_FILE).read_text())

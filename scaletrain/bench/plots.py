@@ -49,7 +49,7 @@ def speedup_plot(rows: list[dict], path: Path, title: str, worth_at: float) -> P
     distributing pays; and, where the plan has a model, the predicted speedup."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
-    sizes = sorted({r["nproc"] for r in rows})
+    sizes = sorted({r["world_size"] for r in rows})
     top = max(sizes)
     ax.plot([1, top], [1, top], linestyle="--", color="black", linewidth=1, label="ideal (speedup = processes)")
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="one process (the reference)")
@@ -61,24 +61,24 @@ def speedup_plot(rows: list[dict], path: Path, title: str, worth_at: float) -> P
             series.setdefault(name, []).append(r)
     highest = [top, worth_at]
     for name, points in series.items():
-        points.sort(key=lambda r: r["nproc"])
+        points.sort(key=lambda r: r["world_size"])
         measured = [r["speedup"] for r in points]
-        bars = ax.errorbar([r["nproc"] for r in points], [s.median for s in measured], yerr=_yerr(measured),
+        bars = ax.errorbar([r["world_size"] for r in points], [s.median for s in measured], yerr=_yerr(measured),
                            marker="o", capsize=4, label=f"{name} measured (95% interval)")
         colour = bars.lines[0].get_color()
-        predicted = [(r["nproc"], r["predicted_speedup"]) for r in points if r.get("predicted_speedup") is not None]
+        predicted = [(r["world_size"], r["predicted_speedup"]) for r in points if r.get("predicted_speedup") is not None]
         if predicted:
             spreads = [p for _, p in predicted]
             ax.errorbar([n + 0.04 * top for n, _ in predicted], [p.median for p in spreads], yerr=_yerr(spreads),
                         marker="x", linestyle=":", capsize=3, color=colour, label=f"{name} predicted")
             highest += [p.high if p.known else p.median for p in spreads]
         for r, s in zip(points, measured):
-            ax.annotate(f"{s.median:.2f}×", (r["nproc"], s.median), textcoords="offset points", xytext=(6, -12),
+            ax.annotate(f"{s.median:.2f}×", (r["world_size"], s.median), textcoords="offset points", xytext=(6, -12),
                         fontsize=8)
         highest += [s.high if s.known else s.median for s in measured]
     loops = [r for r in rows if r["baseline"] and r.get("speedup") is not None and not r.get("reference")]
     for r in loops:  # the plain threads-only loop, for comparison
-        ax.errorbar([r["nproc"]], [r["speedup"].median], yerr=_yerr([r["speedup"]]), marker="s", color="grey",
+        ax.errorbar([r["world_size"]], [r["speedup"].median], yerr=_yerr([r["speedup"]]), marker="s", color="grey",
                     capsize=4, linestyle="none", label=f"{r['label']} (95% interval)")
         highest.append(r["speedup"].high if r["speedup"].known else r["speedup"].median)
     ax.set_xticks(sizes)

@@ -65,7 +65,7 @@ def _percent_text(s: Optional[Spread]) -> str:
 
 
 def _speed_cells(row: dict) -> list[str]:
-    cells = [row["label"], f"{row['nproc']}×{row['threads_per_process']}", str(row["global_batch_size"]),
+    cells = [row["label"], f"{row['world_size']}×{row['threads_per_process']}", str(row["global_batch_size"]),
              with_interval(row["samples_per_s"], "{:,.0f}", "")]
     if row.get("reference"):
         cells += ["1 (reference)", ""]
@@ -76,8 +76,15 @@ def _speed_cells(row: dict) -> list[str]:
     return cells + [versus, predicted, "" if row.get("reference") else _error_text(row)]
 
 
+def _memory_text(s: Optional[Spread]) -> str:
+    """'438 MB (431–446)': the largest process's training peak, median over rounds."""
+    if s is None:
+        return ""
+    return f"{s.median / 1e6:,.0f} MB" + (f" ({s.low / 1e6:,.0f}–{s.high / 1e6:,.0f})" if s.known else "")
+
+
 def _part_cells(row: dict, accuracy: bool) -> list[str]:
-    cells = [row["label"], *(ms_text(row.get(key)) for key in _PART_COLUMNS)]
+    cells = [row["label"], *(ms_text(row.get(key)) for key in _PART_COLUMNS), _memory_text(row.get("peak_memory_bytes"))]
     if accuracy:
         acc = row.get("eval_accuracy")
         half = _half(acc)
@@ -87,7 +94,7 @@ def _part_cells(row: dict, accuracy: bool) -> list[str]:
 
 
 def _part_columns(accuracy: bool) -> list[str]:
-    return ["configuration", *_PART_COLUMNS.values(), *(["lr (rule)", "held-out acc"] if accuracy else [])]
+    return ["configuration", *_PART_COLUMNS.values(), "peak memory", *(["lr (rule)", "held-out acc"] if accuracy else [])]
 
 
 def _tables(rows: list[dict], accuracy: bool) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -121,7 +128,7 @@ def prediction_lines(rows: list[dict]) -> list[str]:
     lines = []
     for row in rows:
         predicted, measured = row.get("predicted_speedup"), row.get("speedup")
-        if row["nproc"] < 2 or predicted is None or measured is None:
+        if row["world_size"] < 2 or predicted is None or measured is None:
             continue
         comm = row.get("predicted_exposed_comm_s")
         lines.append(f"plan for {row['label']}: {predicted.median:.2f}× predicted ({interval_text(predicted) or 'one round'})"

@@ -34,8 +34,8 @@ def predictions_per_round(configs: list[RunSpec], probes: list[dict], options) -
     """For every configuration, the plan's prediction from each round's measurements."""
     from ..plan.predict import predict
 
-    return {spec.key: [predict(result["probe"], spec.strategy, spec.nproc, options) for result in probes]
-            for spec in configs}
+    return {spec.key: [predict(result["probe"], spec.strategy, spec.world_size, options, spec.options)
+                       for result in probes] for spec in configs}
 
 
 def _analyse(session: Session, results: dict[str, list[dict]], budget_note: str = ""
@@ -54,7 +54,7 @@ def measure(session: Session, say: Callable[[str], None]) -> Rounds:
         rows, _, verdict = _analyse(session, results)
         shown = [f"{r['label']} {r['speedup'].median:.2f}×" + (f" ({r['speedup'].low:.2f}–{r['speedup'].high:.2f})"
                                                                 if r["speedup"].known else "")
-                 for r in rows if r["nproc"] > 1 and r.get("speedup") is not None]
+                 for r in rows if r["world_size"] > 1 and r.get("speedup") is not None]
         if shown:
             say(f"  after {rows[0]['rounds']} round(s): speedup {', '.join(shown)}: "
                 f"{verdict.kind or 'no verdict'}")

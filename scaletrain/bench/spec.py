@@ -13,8 +13,8 @@ class RunSpec:
     """One configuration: a strategy on a number of processes, measured in fresh processes."""
     strategy: str
     """A registered strategy name."""
-    nproc: int
-    """Processes (world size)."""
+    world_size: int
+    """Processes in all."""
     threads: Optional[int] = None
     """CPU threads per process; None: cores ÷ processes."""
     lr_scaling: str = "none"
@@ -23,10 +23,12 @@ class RunSpec:
     """What the row is called in tables and plots."""
     baseline: bool = False
     """The one-process, all-cores run every speedup is measured against."""
+    options: dict = field(default_factory=dict)
+    """The strategy options it runs with (those of the bench's flags that this strategy takes)."""
 
     @property
     def key(self) -> str:
-        return self.label or f"{self.strategy}×{self.nproc}"
+        return self.label or f"{self.strategy}×{self.world_size}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,25 @@ def to_argv(settings: BenchSettings, spec: RunSpec) -> list[str]:
             argv += [flag, str(value)]
     if settings.accuracy:
         argv.append("--accuracy")
+    return argv + option_flags(spec.options)
+
+
+def option_flags(options: dict) -> list[str]:
+    """Strategy options as the flags that give them (`{"microbatches": 8}` -> `--microbatches 8`;
+    a switch, an option whose default is false, as the bare flag)."""
+    from ..options import declared
+    from ..strategies import REGISTRY
+
+    switches = {f.name for cls in REGISTRY.values() for f in declared(cls.Options) if f.default is False}
+    argv = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if name in switches:
+            argv += [flag] if value else []
+        elif isinstance(value, bool):
+            argv += [flag, str(value).lower()]
+        elif value is not None:
+            argv += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
     return argv
 
 

@@ -57,10 +57,10 @@ def decide(rows: list[dict], reference: Optional[dict], worth_at: float, budget_
     """`rows`: the bench's rows, each with a "speedup" Spread against `reference` (the
     fastest one-process configuration). `budget_note`: why measuring stopped, for the
     cannot-tell sentence."""
-    distributed = [r for r in rows if r["nproc"] > 1 and r.get("speedup") is not None]
+    distributed = [r for r in rows if r["world_size"] > 1 and r.get("speedup") is not None]
     if not distributed or reference is None:
         return Verdict(None, "No verdict: no configuration on more than one process was measured "
-                             "(give --nproc 1,2 or more).")
+                             "(give --world-sizes 1,2 or more).")
     base = (f"one process ({reference['label']}, the fastest one-process configuration: "
             f"{reference['samples_per_s'].median:,.0f} samples/s)")
     best = max(distributed, key=lambda r: r["speedup"].median)

@@ -14,6 +14,7 @@ import torch
 from ..api import init
 from ..measure.clock import Clock
 from ..measure.steps import NOSYNC, SYNC, PARTS, breakdown, forever, steps_to_measure, timed_steps
+from ..train.optimizer import adam
 from ..workloads import get_workload
 from .lr import lr_factor, warmup_multiplier
 from .spec import BenchSettings
@@ -42,7 +43,7 @@ def measure(settings: BenchSettings, strategy: str, threads: int | None, lr_scal
         model = workload.build_model()
         base_lr = settings.lr if settings.lr is not None else workload.lr
         factor = lr_factor(lr_scaling, run.data_parallel_size)
-        optimizer = torch.optim.Adam(model.parameters(), lr=base_lr * factor)
+        optimizer = adam(model.parameters(), lr=base_lr * factor)  # the trainer's: fused where it can be
         model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=settings.batch_size, shuffle=True)
         warm = settings.lr_warmup_steps if settings.lr_warmup_steps is not None else len(loader)

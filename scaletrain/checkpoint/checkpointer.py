@@ -52,6 +52,7 @@ class Host(Protocol):
     """What a checkpointer needs from the run it serves (the library's Run provides it)."""
 
     ctx: ProcessContext
+    topology: Any  # parallel.Topology: whether the processes hold shards of the model
     steps_taken: int
     scaler: Any  # precision.LossScaler: fp16's loss scale is part of the training state
 
@@ -99,7 +100,7 @@ class Checkpointer:
     def _sharded(self, owner: StateOwner) -> bool:
         if self.layout != "auto":
             return self.layout == "sharded"
-        shards = getattr(owner, "shards_state", False)  # a strategy that shards the model itself
+        shards = self.host.topology.shards_state  # no process holds the whole model
         state_bytes = 3 * sum(p.numel() * p.element_size() for p in owner.module.parameters())  # + Adam's two
         return bool(shards) and state_bytes >= SHARDED_CHECKPOINT_MIN_BYTES
 

@@ -21,6 +21,7 @@ from ..errors import UsageError
 from .parsing import positive_float, positive_int
 from .plan_cmd import (add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
                        parse_strategies)
+from .strategy_options import add_strategy_arguments, strategy_options_from_args
 
 NAME = "bench"
 HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies against one process"
@@ -28,7 +29,8 @@ HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies a
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", default="ddp", help="comma-separated strategies to measure (default ddp)")
-    p.add_argument("--nproc", default="1,2", help="comma-separated world sizes (default 1,2)")
+    p.add_argument("--world-sizes", default="1,2", help="comma-separated world sizes: processes in all (default 1,2)")
+    p.add_argument("--nproc", dest="world_sizes", help=argparse.SUPPRESS)  # the older name of --world-sizes
     add_model_arguments(p, None, "default synthetic-cnn; digits-cnn with --accuracy")
     p.add_argument("--steps", type=positive_int, default=30,
                    help="measured steps per configuration at least, after warm-up (default 30)")
@@ -57,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr-warmup-steps", type=int, help="steps of linear learning-rate warm-up (default: one epoch)")
     p.add_argument("--no-predict", action="store_true", help="measure only; skip the plan's predictions")
     add_prediction_arguments(p)
+    add_strategy_arguments(p)  # each configuration runs with those of them its strategy takes
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
 
 
@@ -73,7 +76,8 @@ def settings_from_args(args: argparse.Namespace):
                          accuracy=args.accuracy, epochs=args.epochs,
                          lr=args.lr, lr_warmup_steps=args.lr_warmup_steps, seed=args.seed,
                          backend=None if args.backend == "auto" else args.backend,
-                         device=None if args.device == "auto" else args.device)
+                         device=None if args.device == "auto" else args.device,
+                         strategy_options=strategy_options_from_args(args))
 
 
 def parse_rules(text: str | None, accuracy: bool) -> list[str]:
@@ -100,6 +104,7 @@ def be_a_rank(args: argparse.Namespace, settings) -> int:
         raise UsageError("a launched bench measures one configuration: give one --strategy and one --lr-scaling")
     env = detect(os.environ)
     result = measure(settings, names[0], args.threads, rules[0])
+    result["options"] = settings.strategy_options
     if env.rank == 0:
         out = args.out or default_out(f"bench-{names[0]}", env.world_size)
         out.mkdir(parents=True, exist_ok=True)
@@ -124,27 +129,47 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     from .plan_cmd import options_from_args, workload_from_args
 
     strategies = parse_strategies(args.strategy)
-    nprocs = parse_int_list(args.nproc, "--nproc")
+    world_sizes = parse_int_list(args.world_sizes, "--world-sizes")
+    check_options_apply(strategies, settings.strategy_options)
     rules = parse_rules(args.lr_scaling, args.accuracy)
     device = choose_device(settings.device, 0)
     choose_backend(settings.backend, device.type)
     args.workload = settings.workload
     workload = workload_from_args(args)
-    configs, notes = bench_configs(strategies, nprocs, rules, cpu_cores() if device.type == "cpu" else None,
-                                   settings.accuracy)
+    configs, notes = bench_configs(strategies, world_sizes, rules, cpu_cores() if device.type == "cpu" else None,
+                                   settings.accuracy, settings.strategy_options)
     if len(configs) < 2:
         raise UsageError(f"nothing to compare with the baseline: {'; '.join(notes) or 'no configuration'}; "
-                         "use --strategy ddp --nproc 1,2")
+                         "use --strategy ddp --world-sizes 1,2")
     if args.nproc_per_node is None and device.type == "cpu":
-        args.nproc_per_node = max(nprocs)  # bench runs every configuration on this one machine
+        args.nproc_per_node = max(world_sizes)  # bench runs every configuration on this one machine
     options = options_from_args(args, device.type)
     if args.comm is not None and not args.comm.is_file():
         raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
-    out = create_out(check_out(args.out or default_out("bench", max(nprocs))))
-    return measure_and_report(args, settings, workload, configs, notes, nprocs, options, device.type, out)
+    out = create_out(check_out(args.out or default_out("bench", max(world_sizes))))
+    return measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device.type, out)
 
 
-def measure_and_report(args, settings, workload, configs, notes, nprocs, options, device_type, out: Path) -> int:
+def check_options_apply(strategies: list[str], options: dict) -> None:
+    """Every strategy option given applies to at least one strategy measured, and to each in a
+    way it accepts (checked as the strategy itself checks it)."""
+    from ..plan.configuration import options_for
+    from ..strategies import REGISTRY, get_strategy
+
+    used = set()
+    for name in strategies:
+        given = options_for(name, options)
+        get_strategy(name, **given)  # a value the strategy refuses: its own one line
+        used |= set(given)
+    unused = [k for k in options if k not in used]
+    if unused:
+        takers = {k: [n for n, cls in REGISTRY.items() if k in {f for f in cls.Options.__dataclass_fields__}]
+                  for k in unused}
+        listed = "; ".join(f"--{k.replace('_', '-')} applies to {', '.join(v) or 'no strategy'}" for k, v in takers.items())
+        raise UsageError(f"{listed}, and none of --strategy {','.join(strategies)} takes it; add one that does or drop it")
+
+
+def measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device_type, out: Path) -> int:
     from ..bench.rounds import Limits
     from ..bench.session import Session, measure, report
     from ..plan.make import probe_plan
@@ -167,7 +192,7 @@ def measure_and_report(args, settings, workload, configs, notes, nprocs, options
     if not args.no_predict:
         link = load_comm_json(args.comm) if args.comm is not None else None
         spec = {**probe_spec(args, settings.workload), "steps": settings.steps, "warmup": settings.warmup}
-        plan = probe_plan(workload.name, spec, nprocs, options, device_type, link)
+        plan = probe_plan(workload.name, spec, world_sizes, options, device_type, link)
     session = Session(settings, configs, notes, limits, args.worth_at, options, plan, out)
     rounds = measure(session, say)
     first = next((r for runs in rounds.results.values() for r in runs if "backend" in r), {})

@@ -87,7 +87,7 @@ def check_resume(args: argparse.Namespace, out: Path, model, facts: dict, epochs
         return []
     auto = args.resume == "auto"
     if auto:
-        check_continuable(out, epochs)
+        check_continuable(out, epochs, getattr(args, "max_steps", None))
     source = out / CHECKPOINTS_DIR if auto else Path(args.resume).expanduser()
     try:
         _folder, notes = check_resumable(source, model, facts, auto)
@@ -96,7 +96,7 @@ def check_resume(args: argparse.Namespace, out: Path, model, facts: dict, epochs
     return notes
 
 
-def check_continuable(out: Path, epochs: int) -> None:
+def check_continuable(out: Path, epochs: Optional[int], max_steps: Optional[int] = None) -> None:
     """--resume auto writes into --out only to continue the run there: a finished run (its
     summary.json written) continues only from a checkpoint, and only to train more epochs
     than it did; otherwise it would be overwritten (summary) or appended to (metrics)."""
@@ -107,7 +107,11 @@ def check_continuable(out: Path, epochs: int) -> None:
     if latest_checkpoint(out / CHECKPOINTS_DIR) is None:
         raise UsageError(f"--resume auto: {out} holds a finished run ({SUMMARY_FILE} written) and no checkpoint to "
                          "continue it from; choose a new --out (or --resume PATH from another run)")
-    if isinstance(done, int) and epochs <= done:
+    steps = summary.get("optimizer_steps")
+    if max_steps is not None and isinstance(steps, int) and max_steps <= steps:
+        raise UsageError(f"--resume auto: the run in {out} already ended at optimizer step {steps} ({SUMMARY_FILE} "
+                         f"written); give --max-steps {steps + 1} or more to train it further, or choose a new --out")
+    if max_steps is None and epochs is not None and isinstance(done, int) and epochs <= done:
         raise UsageError(f"--resume auto: the run in {out} already ended its {done} epoch(s) ({SUMMARY_FILE} "
                          f"written); give --epochs {done + 1} or more to train it further, or choose a new --out")
 

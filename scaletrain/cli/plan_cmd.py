@@ -24,6 +24,7 @@ from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
 
 NAME = "plan"
+DEFAULT_WORLD_SIZES = "1,2,8,16,64"
 HELP = "predict speedup, efficiency and memory per device for each strategy and world size, before running"
 
 
@@ -67,12 +68,28 @@ def add_prediction_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes per machine (default: one per GPU, else one per CPU core)")
     p.add_argument("--overlap", type=float,
                    help="share (0-1) of compute that hides communication (default: 1 on GPUs, 0 on CPUs)")
-    p.add_argument("--microbatches", type=positive_int, default=4, help="pipeline micro-batches per step (default 4)")
     p.add_argument("--device-memory-gb", type=positive_float,
                    help="memory of one device (default: the GPU's, or this machine's RAM ÷ processes)")
+
+
+def add_layout_arguments(p: argparse.ArgumentParser) -> None:
+    """What shapes the configurations predicted, as the strategies' own flags name it (bench
+    takes every strategy flag instead: it runs them)."""
+    p.add_argument("--microbatches", type=positive_int,
+                   help="pipeline micro-batches per step (default: the strategy's, one per stage)")
     p.add_argument("--devices-per-process", type=positive_int,
                    help="devices a dp, mp or hybrid process drives (default: the GPUs visible; a CPU has one, "
                         "which mp cuts into 2 parts)")
+    for name, metavar, what in (("tp", "N", "tensor-parallel degree"), ("dp-replicate", "R", "data-parallel replicas"),
+                                ("dp-shard", "S", "data-parallel shards (FSDP)"), ("pp", "P", "pipeline stages")):
+        p.add_argument(f"--{name}", type=positive_int, metavar=metavar,
+                       help=f"{what} of the configurations predicted, for the strategies that take it (default: the "
+                            f"strategy's own)")
+
+
+def layout_options(args: argparse.Namespace) -> dict:
+    """The strategy options the flags of add_layout_arguments give (None: not given)."""
+    return {name: getattr(args, name, None) for name in ("microbatches", "tp", "dp_replicate", "dp_shard", "pp")}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -81,8 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, "synthetic-cnn")
     p.add_argument("--strategy", default=",".join(COST_MODELS),
                    help=f"comma-separated strategies to predict (default: {','.join(COST_MODELS)})")
-    p.add_argument("--world-sizes", default="1,2,8,16,64", help="process counts to predict (default 1,2,8,16,64)")
+    p.add_argument("--world-sizes", default=DEFAULT_WORLD_SIZES,
+                   help=f"process counts to predict (default {DEFAULT_WORLD_SIZES})")
     add_prediction_arguments(p)
+    add_layout_arguments(p)
     p.add_argument("--steps", type=positive_int, default=20,
                    help="measured steps per thread count at least (default 20)")
     p.add_argument("--warmup", type=positive_int, default=3, help="steps left out first (default 3)")
@@ -92,6 +111,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"over them is the expected error (default {PLAN_PROBE_ROUNDS})")
     p.add_argument("--threads", type=positive_int,
                    help="(launched) CPU threads per process of this probe job (default: cores ÷ processes)")
+    p.add_argument("--choose", action="store_true",
+                   help="choose the fastest configuration that fits the memory for the world size given (one "
+                        "--world-sizes value; default: this machine's processes): every strategy and composition × "
+                        "degrees × micro-batches × activation checkpointing, from measurements cached per model, "
+                        "batch, world and machine")
     p.add_argument("--json", action="store_true", help="print the measurements and predictions as JSON")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="also write the JSON to FILE (launched: this probe job's measurements)")
@@ -103,7 +127,8 @@ def options_from_args(args: argparse.Namespace, device_type: str):
     if args.overlap is not None and not 0 <= args.overlap <= 1:
         raise UsageError(f"--overlap {args.overlap}: must be between 0 and 1")
     return default_options(device_type, args.nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
-                           args.microbatches, args.device_memory_gb, args.devices_per_process)
+                           getattr(args, "microbatches", None), args.device_memory_gb,
+                           getattr(args, "devices_per_process", None))
 
 
 def workload_from_args(args: argparse.Namespace):
@@ -136,7 +161,7 @@ def probe_spec(args: argparse.Namespace, workload: str) -> dict:
     return {"workload": workload, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
             "seed": args.seed, "device": None if args.device == "auto" else args.device,
             "backend": None if args.backend == "auto" else args.backend, "steps": args.steps,
-            "warmup": args.warmup, "min_seconds": args.min_seconds, "microbatches": args.microbatches}
+            "warmup": args.warmup, "min_seconds": args.min_seconds, "microbatches": getattr(args, "microbatches", None)}
 
 
 def be_a_probe_rank(args: argparse.Namespace) -> int:
@@ -167,11 +192,13 @@ def plan_here(args: argparse.Namespace) -> int:
     from ..plan.predict import predict_all
     from ..plan.probe import load_comm_json
     from ..plan.report import print_plan
-    from ..plan.summary import expected_error, median_predictions, median_probe, step_spreads
-    from ..plan.verdict import error_line, verdicts
+    from ..plan.summary import expected_error, key, median_predictions, median_probe, step_spreads
+    from ..plan.verdict import error_line, fit_advice, verdicts
 
     device = None if args.device == "auto" else args.device
     device_type = choose_device(device, 0).type
+    if args.choose:
+        return choose_here(args, device_type)
     world_sizes = parse_int_list(args.world_sizes, "--world-sizes")
     strategies = [s for s in parse_strategies(args.strategy, tuple(COST_MODELS)) if s in COST_MODELS]
     if not strategies:
@@ -184,12 +211,14 @@ def plan_here(args: argparse.Namespace) -> int:
     workload = workload_from_args(args)
     probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, options, device_type, link)
     probes, stopped = measure_rounds(probes_plan, args.probe_rounds)
-    predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options) for p in probes])
+    shapes = layout_options(args)
+    predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options, shapes) for p in probes])
     probe = median_probe(probes)
     conclusions = verdicts(predictions, options.device_memory_bytes) + \
+        fit_advice(median_probe(probes), predictions, options, shapes) + \
         [error_line(expected_error(spreads), len(probes))]
     document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "options": options.__dict__,
-                "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get((p.strategy, p.world_size)))}
+                "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p)))}
                                 for p in predictions],
                 "expected_error": expected_error(spreads), "conclusions": conclusions}
     if args.out is not None:
@@ -237,3 +266,59 @@ def check_out_file(path: Path | None) -> None:
     parent = path.expanduser().absolute().parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UsageError(f"--out {path}: folder {parent} does not exist or cannot be written; choose another --out")
+
+
+def measured_probes(args: argparse.Namespace, workload_name: str, world_size: int, options, device_type: str,
+                    say=print) -> list:
+    """The probes a choice predicts from: cached for this model, batch, world and machine, or
+    measured now (and cached)."""
+    import tempfile
+
+    from ..plan.choose import cache_key, cached_probes, store_probes
+    from ..plan.make import probe_plan
+
+    spec = probe_spec(args, args.workload)
+    key = cache_key(spec, world_size, options.nproc_per_node, device_type, options.cores)
+    probes = cached_probes(key)
+    if probes:
+        say(f"scaletrain: using the measurements made earlier for this model, batch and machine (cache {key})")
+        return probes
+    say(f"scaletrain: measuring {workload_name} for a choice ({args.probe_rounds} round(s))")
+    jobs = probe_plan(workload_name, spec, sorted({1, world_size}), options, device_type, None)
+    with tempfile.TemporaryDirectory(prefix="scaletrain-choose-") as tmp:
+        probes = [jobs.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1) for i in range(args.probe_rounds)]
+    store_probes(key, probes)
+    return probes
+
+
+def choose_here(args: argparse.Namespace, device_type: str) -> int:
+    from ..plan.choose import choose
+
+    sizes = parse_int_list(args.world_sizes, "--world-sizes") if args.world_sizes != DEFAULT_WORLD_SIZES else []
+    options = options_from_args(args, device_type)
+    if len(sizes) > 1:
+        raise UsageError(f"--choose picks a configuration for one world size; give one --world-sizes value "
+                         f"(e.g. --world-sizes {sizes[-1]})")
+    world = sizes[0] if sizes else options.nproc_per_node
+    check_out_file(args.out)
+    workload = workload_from_args(args)
+    probes = measured_probes(args, workload.name, world, options, device_type,
+                             say=(lambda text: None) if args.json else print)
+    choice = choose(probes, world, args.batch_size, options)
+    document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
+                "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,
+                "rejected_for_memory": choice.rejected_for_memory, "considered": choice.considered,
+                "speedup_interval": choice.speedup_interval, "lines": choice.lines(),
+                "candidates": [p.as_dict() for p in choice.candidates]}
+    if args.out is not None:
+        from ..files import write_json_atomic
+
+        write_json_atomic(args.out, document)
+    if args.json:
+        print(json.dumps(document, indent=2, sort_keys=True, default=str))
+    else:
+        for line in choice.lines():
+            print(line)
+        if choice.chosen:
+            print(f"Train with it: scaletrain train --nproc-per-node {world} {' '.join(choice.flags())}")
+    return 0 if choice.chosen else 1

@@ -23,7 +23,7 @@ from ..backends import choose_backend
 from ..devices import choose_device, cpu_cores
 from ..environment import detect
 from ..errors import UsageError
-from ..strategies import REGISTRY, get_strategy, strategy_names
+from ..strategies import REGISTRY, get_strategy, implied_strategy, strategy_names
 from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
 from ..workloads import BUILTIN, get_workload
@@ -38,7 +38,7 @@ from .outdir import check_out, create_out, default_out, discard_unstarted, hold_
 from .train_rank import said_by_this_rank
 from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, common_option_defaults, strategy_options_from_args
-from .perf_options import add_perf_arguments, apply_perf_options
+from .perf_options import add_memory_arguments, add_perf_arguments, apply_perf_options
 from .track_options import add_track_arguments, track_config
 
 NAME = "train"
@@ -50,14 +50,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"take the settings from a YAML or TOML file whose keys are these flags' long names with _ "
                         f"for - (batch_size: 64); flags given here override it. Every run writes its own as "
                         f"OUT/{CONFIG_FILE}: --config runs/X/{CONFIG_FILE} repeats run X")
-    p.add_argument("--strategy", default="ddp", choices=strategy_names(), metavar="NAME",
-                   help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}")
+    p.add_argument("--strategy", choices=[*strategy_names(), "auto"], metavar="NAME",
+                   help=f"how to spread the work: {', '.join(f'{n} ({c.help})' for n, c in REGISTRY.items())}; "
+                        f"auto (a short measurement, every configuration that fits predicted, the fastest chosen). "
+                        f"Default: ddp, or what the degrees given imply (--pp: pipeline; --dp-shard or --dp-replicate: "
+                        f"fsdp; --tp: tp)")
     p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
                    help="built-in workload: " + "; ".join(f"{w.name}: {w.description}" for w in BUILTIN.values()))
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
     p.add_argument("--dataset", metavar="MODULE:FUNCTION",
                    help="your dataset factory, returning a Dataset (split by --seed) or a (train, held_out) pair")
-    p.add_argument("--epochs", type=positive_int, help="passes over the training data (default: the workload's)")
+    p.add_argument("--epochs", type=positive_int,
+                   help="passes over the training data (default: the workload's; with --max-steps, as many as it takes)")
+    p.add_argument("--max-steps", type=positive_int, metavar="N",
+                   help="stop after N optimizer steps, with the final evaluation and checkpoint as at an epoch's end")
     p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
     p.add_argument("--eval-batch-size", type=positive_int, default=256, help="samples per process per evaluation step")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: the workload's)")
@@ -76,10 +82,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda when visible)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
+    p.add_argument("--auto-choice", help=argparse.SUPPRESS)  # why --strategy auto chose what this run trains
     add_launch_arguments(p, "one per GPU, else one per CPU core; 1 for one-process strategies")
     add_fault_arguments(p)
     add_strategy_arguments(p)
     add_perf_arguments(p)
+    add_memory_arguments(p)
     add_track_arguments(p)
 
 
@@ -104,12 +112,15 @@ def build_parser() -> OneLineParser:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    options = strategy_options_from_args(args)
+    args.strategy = args.strategy or implied_strategy(options)  # recorded as resolved
     config = TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
-                         epochs=args.epochs, batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
+                         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+                         eval_batch_size=args.eval_batch_size,
                          lr=args.lr, task=None if args.task == "auto" else args.task,
                          clip_grad_norm=args.clip_grad_norm, seed=args.seed, backend=None if args.backend == "auto" else args.backend,
                          device=None if args.device == "auto" else args.device, threads=args.threads,
-                         strategy_options=strategy_options_from_args(args), **fault_config(args),
+                         strategy_options=options, auto_choice=getattr(args, "auto_choice", None), **fault_config(args),
                          **track_config(args))
     return apply_perf_options(args, config)
 
@@ -117,7 +128,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def default_nproc(strategy: str) -> int:
     import torch
 
-    if not REGISTRY[strategy].multi_process:
+    if strategy in REGISTRY and not REGISTRY[strategy].multi_process:
         return 1
     return torch.cuda.device_count() or cpu_cores()
 
@@ -135,6 +146,7 @@ def validate(config: TrainConfig, nproc: int, here: bool = True, if_unreachable:
     if here:
         device = choose_device(config.device, 0)
         choose_backend(config.backend, device.type)
+        strategy.check_device(device.type)
     check_trackers(config.trackers)
     config.trackers = check_reachable(config.trackers, if_unreachable)
     workload = get_workload(config.workload, config.model, config.dataset)
@@ -169,7 +181,8 @@ def resolve_workload_defaults(config: TrainConfig, args: argparse.Namespace) -> 
     """Epochs and learning rate left to the workload become explicit, in both (so the
     recorded configuration says what ran)."""
     workload = get_workload(config.workload, config.model, config.dataset)
-    config.epochs = args.epochs = config.epochs or workload.epochs
+    if config.max_steps is None:  # with --max-steps alone the ranks take the epochs it needs
+        config.epochs = args.epochs = config.epochs or workload.epochs
     config.lr = args.lr = config.lr if config.lr is not None else workload.lr
 
 
@@ -204,6 +217,13 @@ def run(args: argparse.Namespace) -> int:
     if env.launched and not node_agent:  # we are one rank of a job someone else started
         return run_rank(args, env, config)
     nproc = args.nproc_per_node or default_nproc(config.strategy)
+    if config.strategy == "auto":
+        from .auto_choice import resolve_auto
+
+        args.auto_choice = " ".join(resolve_auto(args, nproc))
+        for line in args.auto_choice.split(". "):
+            print(f"scaletrain: {line.rstrip('.')}.", flush=True)
+        config = config_from_args(args)
     strategy, model = validate(config, nproc, here=not runs_elsewhere(args),
                                if_unreachable=args.if_tracker_unreachable)
     resolve_workload_defaults(config, args)
@@ -220,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     if not node_rank and not out_may_hold_files(args, out):
         check_out(out)
     recorded = record(args, nproc_per_node=recorded_nproc(args, nproc))
+    del model  # built for the checks only: a run in this process builds its own
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
         from ..train.loop import train
 
@@ -291,7 +312,7 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
     own_record = out / CONFIG_FILE
     reads_own_record = bool(args.config) and Path(args.config).absolute() == own_record.absolute()
     if args.resume == "auto":
-        check_continuable(out, config.epochs)
+        check_continuable(out, config.epochs, config.max_steps)
     with contextlib.ExitStack() as held:
         if env.rank == 0:
             held.enter_context(hold_out(out, may_hold_files=True))

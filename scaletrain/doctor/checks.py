@@ -169,14 +169,26 @@ def _check_port_reachable(address: str, port: int, timeout_s: float = 3.0) -> Fi
                        "port)")
 
 
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def check_self_test(backend: Optional[str], timeout_s: float) -> list[Finding]:
     from .selftest import run_self_test
 
     chosen = backend or "gloo"
-    passed, what = run_self_test(chosen, timeout_s)
+    found, world_size = [], 2
+    if chosen == "nccl" and _visible_gpus() == 1:
+        world_size = 1
+        found.append(Finding(NOTE, "one GPU: NCCL takes a GPU per process, so the self-test runs one process and a "
+                                   "job on this machine can have one process per node"))
+    passed, what = run_self_test(chosen, timeout_s, world_size)
     if passed:
-        return [Finding(OK, what)]
-    return [Finding(PROBLEM, f"2-rank {chosen} all-reduce self-test failed: {what}", _self_test_fix(chosen))]
+        return [*found, Finding(OK, what)]
+    return [*found, Finding(PROBLEM, f"{world_size}-rank {chosen} all-reduce self-test failed: {what}",
+                            _self_test_fix(chosen))]
 
 
 def _self_test_fix(backend: str) -> str:

@@ -1,4 +1,5 @@
-"""A 2-process all-reduce on this machine, each process started fresh, with a deadline.
+"""A 2-process all-reduce on this machine, each process started fresh, with a deadline (one
+process for NCCL on a machine with one GPU: NCCL takes a GPU per process).
 
     python -m scaletrain.doctor.selftest   (one rank; RANK, WORLD_SIZE, MASTER_* set)
 """
@@ -19,17 +20,18 @@ _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_
                 "GROUP_WORLD_SIZE", "SCALETRAIN_LAUNCHER")
 
 
-def run_self_test(backend: str = "gloo", timeout_s: float = SELF_TEST_TIMEOUT_S) -> tuple[bool, str]:
-    """(passed, what happened). Both processes are killed if they overrun the deadline."""
+def run_self_test(backend: str = "gloo", timeout_s: float = SELF_TEST_TIMEOUT_S, world_size: int = 2) -> tuple[bool, str]:
+    """(passed, what happened). The processes are killed if they overrun the deadline."""
     port = free_port()
     base = {k: v for k, v in os.environ.items()
             if k not in _LAUNCH_VARS and not k.startswith(("OMPI_", "PMI_", "SLURM_", "TORCHELASTIC_"))}
     procs = []
     started = time.monotonic()
     try:
-        for rank in range(2):
-            env = {**base, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                   "SCALETRAIN_SELFTEST_BACKEND": backend, "SCALETRAIN_SELFTEST_TIMEOUT": str(timeout_s)}
+        for rank in range(world_size):
+            env = {**base, "RANK": str(rank), "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port), "SCALETRAIN_SELFTEST_BACKEND": backend,
+                   "SCALETRAIN_SELFTEST_TIMEOUT": str(timeout_s)}
             procs.append(subprocess.Popen([sys.executable, "-m", "scaletrain.doctor.selftest"], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                           start_new_session=True))
@@ -59,23 +61,26 @@ def _rank_main() -> int:
 
     backend = os.environ["SCALETRAIN_SELFTEST_BACKEND"]
     timeout = timedelta(seconds=float(os.environ["SCALETRAIN_SELFTEST_TIMEOUT"]))
-    rank = int(os.environ["RANK"])
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}", rank=rank,
-                            world_size=2, timeout=timeout)
+                            world_size=world_size, timeout=timeout)
     device = torch.device("cuda", rank % torch.cuda.device_count()) if backend == "nccl" else torch.device("cpu")
     tensor = torch.full((1 << 20,), float(rank + 1), device=device)  # 4 MB
     dist.all_reduce(tensor)  # warm-up: connections are set up lazily
+    wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)  # NCCL returns before it ran
+    wait()
     begin = time.perf_counter()
     dist.all_reduce(tensor)
+    wait()
     seconds = time.perf_counter() - begin
-    expected = 3.0 * 2  # (1 + 2) summed, then summed again
+    expected = world_size * (world_size + 1) / 2 * world_size  # 1 + 2 + ... summed, then summed again
     ok = bool(torch.all(tensor == expected))
     dist.destroy_process_group()
     if not ok:
         print(f"all-reduce gave {tensor[0].item()} instead of {expected}", file=sys.stderr)
         return 1
     if rank == 0:
-        print(f"2-rank {backend} all-reduce of 4 MB correct, {seconds * 1e3:.1f} ms")
+        print(f"{world_size}-rank {backend} all-reduce of 4 MB correct, {seconds * 1e3:.1f} ms")
     return 0
 
 

@@ -22,7 +22,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _one_pass(blocks: list[nn.Module], inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Callable) -> list[float]:
+def _one_pass(blocks: list[Callable], inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Callable) -> list[float]:
     device = inputs.device
     outputs, entries, forward = [], [], []
     x = inputs
@@ -52,11 +52,11 @@ def _one_pass(blocks: list[nn.Module], inputs: torch.Tensor, targets: torch.Tens
     return [f + b for f, b in zip(forward, backward)]
 
 
-def block_seconds(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Callable,
-                  repeats: int = 5) -> list[float]:
-    """Median seconds of forward + backward of each top-level block on `inputs`, in order
-    (after one untimed pass). Gradients the passes leave on the model are cleared."""
-    blocks = list(model.children()) or [model]
+def block_seconds(model: nn.Module, blocks: list[Callable], inputs: torch.Tensor, targets: torch.Tensor,
+                  loss_fn: Callable, repeats: int = 5) -> list[float]:
+    """Median seconds of forward + backward of each block (the model's units, see
+    measure.footprint.model_units) on `inputs`, in order (after one untimed pass). Gradients
+    the passes leave on the model are cleared."""
     _one_pass(blocks, inputs, targets, loss_fn)
     passes = [_one_pass(blocks, inputs, targets, loss_fn) for _ in range(repeats)]
     model.zero_grad(set_to_none=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from . import formulas as f
+from .configuration import Configuration
+from .memory_model import peak_bytes
 from .probe import Probe
 from .scenario import Options, Scenario, compute_at, one_process_threads
 from .stages import stage_costs, stage_groups
@@ -32,7 +34,7 @@ def devices_per_process(probe: Probe, options: Options, default_on_cpu: int) -> 
     if options.devices_per_process:
         return options.devices_per_process
     if probe.device_type == "cuda":
-        return max(1, options.procs_per_node)
+        return max(1, options.nproc_per_node)
     return default_on_cpu
 
 
@@ -57,35 +59,6 @@ def _single(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
     c = compute_at(probe, one_process_threads(probe, o))
     return {"compute": c.step_s, "comm": 0.0, "exposed": 0.0, "batch": probe.batch_size,
             "memory": _replicated_memory(probe)}
-
-
-def _ddp(probe: Probe, s: Scenario, o: Options) -> dict:
-    """Where the probe ran real DDP steps (this machine's process count), the exposed
-    communication is theirs: the all-reduce timed alone misses the ranks waiting for each
-    other, which decides a step of a few milliseconds. Elsewhere, the α/β model."""
-    c = compute_at(probe, s.threads, s.oversubscription)
-    comm = ddp_comm(probe, s)
-    modelled = f.exposed_seconds(comm, BACKWARD_SHARE * c.fb_s, o.overlap)
-    measured = measured_ddp_exposed(probe, s)
-    cost = {"compute": c.step_s, "comm": comm, "exposed": modelled if measured is None else measured,
-            "batch": probe.batch_size * s.world_size, "memory": _replicated_memory(probe)}
-    if measured is not None:
-        # No figures: a prediction's note is one round's, its figures the rounds' medians.
-        cost["note"] = "communication as measured in the probe's DDP steps, not modelled from the all-reduce alone"
-    return cost
-
-
-def _fsdp(probe: Probe, s: Scenario, o: Options) -> dict:
-    fp = probe.footprint
-    c = compute_at(probe, s.threads, s.oversubscription)
-    units = max(1, len(fp.block_param_bytes))
-    comm = f.fsdp_comm_seconds(fp.param_bytes, fp.grad_bytes, s.world_size, units,
-                               s.busbw(fp.largest_block_param_bytes), s.alpha_s)
-    memory = f.memory_sharded(fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes, _activations(probe), s.world_size,
-                              fp.largest_block_param_bytes)
-    # Prefetching the next unit's parameters hides gathers behind forward and backward alike.
-    return {"compute": c.step_s, "comm": comm, "exposed": f.exposed_seconds(comm, c.fb_s, o.overlap),
-            "batch": probe.batch_size * s.world_size, "memory": memory}
 
 
 def _staged(probe: Probe, s: Scenario, stages: int, microbatches: int, threads: int, oversubscription: float,
@@ -113,11 +86,6 @@ def _activation_transfers(probe: Probe, s: Scenario, stages: int, microbatches: 
         return 0.0
     size = probe.footprint.boundary_bytes_per_sample * probe.batch_size / microbatches
     return 2 * (microbatches + stages - 2) * (size / s.busbw(size) + s.alpha_s)
-
-
-def _pipeline(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
-    p, m = s.world_size, o.microbatches
-    return _staged(probe, s, p, m, s.threads, s.oversubscription, _activation_transfers(probe, s, p, m))
 
 
 def _mp_part(probe: Probe, s: Scenario, o: Options, threads: int) -> Optional[dict]:
@@ -172,7 +140,157 @@ def _dp(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
             "batch": probe.batch_size, "memory": memory, "note": f"{k} devices, a replica on each"}
 
 
-#: The cost model of each strategy; strategies without one get no prediction.
-COST_MODELS: dict[str, Callable[[Probe, Scenario, Options], Optional[dict]]] = {
-    "single": _single, "dp": _dp, "mp": _mp, "ddp": _ddp, "hybrid": _hybrid, "pipeline": _pipeline, "fsdp": _fsdp,
+def _tp_share(fp, tp: int, units: Optional[list[int]] = None) -> float:
+    """The share of the (stage's) parameters — and, roughly, of its arithmetic — a process holds
+    under tensor parallel: what the plan splits, 1/tp of it, and the rest whole."""
+    blocks = range(len(fp.block_param_bytes)) if units is None else units
+    total = sum(fp.block_param_bytes[i] for i in blocks) or 1
+    if tp == 1 or not fp.block_tp_param_bytes:
+        return 1.0
+    split = sum(fp.block_tp_param_bytes[i] for i in blocks)
+    return (total - split + split / tp) / total
+
+
+def _tp_comm(probe: Probe, s: Scenario, config: Configuration, units: list[int], samples: float, times: int) -> float:
+    """Tensor parallel's all-reduces: each row-wise layer's output in forward, as many input
+    gradients in backward, `times` times (once per micro-batch) for `samples` samples each."""
+    tp = config.dims.tp
+    if tp == 1:
+        return 0.0
+    group = s.group(tp)
+    per_sample = [probe.footprint.block_tp_reduce_bytes_per_sample[i] for i in units]
+    return times * sum(2 * f.ring_all_reduce_seconds(b * samples, tp, group.busbw(b * samples), group.alpha_s)
+                       for b in per_sample if b)
+
+
+def _data_parallel_comm(probe: Probe, s: Scenario, config: Configuration, held_bytes: float, grad_tensors: list[float],
+                        units: int, largest_unit: float) -> float:
+    """The data-parallel dimensions' communication for this process's share of the model:
+    DDP's buckets over dp_replicate; FSDP's gathers and reduce-scatters over dp_shard, and
+    (HSDP) the shards' all-reduce over dp_replicate."""
+    dims = config.dims
+    fp = probe.footprint
+    if config.data_parallel == "ddp":
+        group = s.group(dims.world_size // dims.pp)
+        return sum(f.ring_all_reduce_seconds(b, dims.dp_replicate, group.busbw(b), group.alpha_s)
+                   for b in f.ddp_buckets(grad_tensors))
+    if config.data_parallel != "fsdp":
+        return 0.0
+    grad_bytes = held_bytes * fp.grad_bytes / max(1, fp.param_bytes)
+    shard = s.group(dims.dp_shard * dims.tp)
+    gathers = 1 if config.options.get("reshard_after_forward") is False else 2
+    comm = f.fsdp_comm_seconds(held_bytes, grad_bytes, dims.dp_shard, units, shard.busbw(largest_unit), shard.alpha_s,
+                               gathers)
+    if dims.dp_replicate > 1:
+        replicas = s.group(dims.world_size // dims.pp)
+        piece = grad_bytes / dims.dp_shard
+        comm += f.ring_all_reduce_seconds(piece, dims.dp_replicate, replicas.busbw(piece), replicas.alpha_s)
+    return comm
+
+
+#: Share of forward + backward that activation checkpointing computes again: forward is about a
+#: third of it; the operator-level policy recomputes only cheap operations.
+RECOMPUTED = {"full": 1 / 3, "selective": 0.1}
+
+
+def recompute_seconds(config: Configuration, forward_backward_s: float) -> float:
+    """What activation checkpointing adds to a step: the checkpointed blocks' forward again."""
+    mode = config.options.get("activation_checkpointing", "none")
+    if mode == "none":
+        return 0.0
+    every = config.options.get("ac_every")
+    share = RECOMPUTED["full"] / every if every else RECOMPUTED[mode]
+    return share * forward_backward_s
+
+
+def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optional[dict]:
+    """Any configuration of the mesh (ddp, fsdp, tp, pipeline and their compositions), one dimension
+    at a time: the pipeline's stages and bubble set the compute (each stage's measured
+    blocks); tensor parallel shrinks each process's share of it and adds two all-reduces per
+    row-wise layer; the data-parallel dimensions add DDP's buckets or FSDP's gathers and
+    reduce-scatters for the share each process holds. Where the probe ran real DDP steps on
+    this machine's process count, plain DDP's exposed communication is theirs: the
+    all-reduce timed alone misses the ranks waiting for each other, which decides a step of a
+    few milliseconds."""
+    fp = probe.footprint
+    dims = config.dims
+    if dims.tp > 1 and not fp.block_tp_param_bytes:
+        return None  # the model has no tensor-parallel plan: this configuration cannot run
+    c = compute_at(probe, s.threads, s.oversubscription)
+    per_process = probe.batch_size  # every configuration keeps the batch per process
+    blocks = list(range(len(fp.block_param_bytes)))
+    groups = stage_groups(probe.block_params or tuple(fp.block_param_bytes), dims.pp) if config.pipelined else [blocks]
+    if groups is None:
+        return None  # more stages than the model has blocks
+    # The heaviest stage sets the pace; under tensor parallel a process holds its share of it.
+    stage = max(groups, key=lambda g: sum(fp.block_param_bytes[i] for i in g))
+    stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
+    tp_share = _tp_share(fp, dims.tp, stage)
+    held = fp.param_bytes * stage_fraction * tp_share
+    state_share = stage_fraction * tp_share / (dims.dp_shard if config.data_parallel == "fsdp" else 1)
+    note = ""
+    if config.pipelined:
+        m = config.microbatches
+        costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks])
+        compute = c.data_s + costs.busy_seconds(m) - max(costs.optimizer_s) + c.optimizer_s * state_share
+        transfer = _activation_transfers(probe, s, dims.pp, m)
+        tp_comm = _tp_comm(probe, s, config, stage, per_process / m, m)
+        note = f"{costs.describe()}; bubble {f.pipeline_bubble(dims.pp, m):.0%} of an even split"
+    else:
+        # The measured step, less the shares of forward + backward and of the optimizer step
+        # that other processes take (the whole step when they take none).
+        compute = c.step_s - c.fb_s * (1 - tp_share) - c.optimizer_s * (1 - state_share)
+        transfer = 0.0
+        tp_comm = _tp_comm(probe, s, config, stage, per_process, 1)
+    compute += recompute_seconds(config, c.fb_s * tp_share)
+    grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
+    largest = max(fp.block_param_bytes[i] for i in stage) * tp_share
+    dp_comm = _data_parallel_comm(probe, s, config, held, grads, len(stage), largest)
+    # DDP hides its buckets behind the part of backward after them; FSDP's prefetches hide
+    # behind forward and backward alike; tensor parallel's all-reduces and the pipeline's
+    # transfers are on the critical path.
+    hideable = (BACKWARD_SHARE if config.data_parallel == "ddp" else 1.0) * c.fb_s * tp_share
+    exposed = f.exposed_seconds(dp_comm, hideable, o.overlap) + tp_comm + transfer
+    cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer, "exposed": exposed,
+            "batch": per_process * dims.dp_size,
+            "memory": _stage_peak(probe, config, groups)}
+    if config.data_parallel == "ddp" and dims.enabled() in ((), ("dp_replicate",)):
+        measured = measured_ddp_exposed(probe, s)
+        if measured is not None:
+            cost["exposed"] = measured
+            # No figures: a prediction's note is one round's, its figures the rounds' medians.
+            note = "communication as measured in the probe's DDP steps, not modelled from the all-reduce alone"
+    if note:
+        cost["note"] = note
+    return cost
+
+
+def _stage_peak(probe: Probe, config: Configuration, groups: list[list[int]]) -> float:
+    """The largest of the processes' peaks: each stage's share, its blocks, its place in the pipeline."""
+    fp = probe.footprint
+    peaks = []
+    for index, group in enumerate(groups):
+        fraction = sum(fp.block_param_bytes[i] for i in group) / max(1, fp.param_bytes)
+        share = _tp_share(fp, config.dims.tp, group)
+        largest = max(fp.block_param_bytes[i] for i in group) * share
+        peaks.append(peak_bytes(probe, config, group, fraction, share, largest, index))
+    return max(peaks)
+
+
+def _classic(model: Callable[[Probe, Scenario, Options], Optional[dict]]):
+    """A classic one-process cost model; its memory the process's peak (memory_model), except
+    where a model split over GPUs puts a part on each device."""
+    def cost(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optional[dict]:
+        found = model(probe, s, o)
+        if found is not None and not (config.local_devices == "split" and probe.device_type == "cuda"):
+            found["memory"] = peak_bytes(probe, config)
+        return found
+    return cost
+
+
+#: The cost model of each strategy: the classic one-process ones of their own, every configuration of
+#: the mesh by its dimensions; strategies without one get no prediction.
+COST_MODELS: dict[str, Callable[[Probe, Scenario, Options, Configuration], Optional[dict]]] = {
+    "single": _classic(_single), "dp": _classic(_dp), "mp": _classic(_mp), "ddp": _mesh,
+    "hybrid": _classic(_hybrid), "pipeline": _mesh, "fsdp": _mesh, "tp": _mesh,
 }

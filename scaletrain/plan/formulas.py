@@ -49,11 +49,12 @@ def ddp_comm_seconds(grad_tensor_bytes: list[int], n: int, busbw: float, alpha: 
 
 
 def fsdp_comm_seconds(param_bytes: float, grad_bytes: float, n: int, units: int, busbw: float,
-                      alpha: float) -> float:
+                      alpha: float, gathers_per_unit: int = 2) -> float:
     """FSDP gathers each unit's parameters for forward and again for backward (they are
-    freed in between), and reduce-scatters the gradients: 3 collectives per unit."""
+    freed in between; once only when they stay gathered, reshard_after_forward false), and
+    reduce-scatters the gradients: 3 collectives per unit (2)."""
     units = max(1, units)
-    gathers = 2 * units * ring_all_gather_seconds(param_bytes / units, n, busbw, alpha)
+    gathers = gathers_per_unit * units * ring_all_gather_seconds(param_bytes / units, n, busbw, alpha)
     return gathers + units * ring_all_gather_seconds(grad_bytes / units, n, busbw, alpha)
 
 

@@ -22,18 +22,18 @@ from .scenario import Options, threads_needed
 PROBE_FILE = "probe.json"
 
 
-def default_options(device_type: str, procs_per_node: Optional[int] = None, link_gbps: float = 10.0,
-                    link_latency_us: float = 20.0, overlap: Optional[float] = None, microbatches: int = 4,
+def default_options(device_type: str, nproc_per_node: Optional[int] = None, link_gbps: float = 10.0,
+                    link_latency_us: float = 20.0, overlap: Optional[float] = None, microbatches: Optional[int] = None,
                     device_memory_gb: Optional[float] = None, devices_per_process: Optional[int] = None) -> Options:
     cores = cores_here()
-    if procs_per_node is None:
-        procs_per_node = torch.cuda.device_count() if device_type == "cuda" else cores
+    if nproc_per_node is None:
+        nproc_per_node = torch.cuda.device_count() if device_type == "cuda" else cores
     if overlap is None:
         # On a CPU the collective's copies and reductions need the cores the computation is
         # using: nothing is hidden. A GPU computes while its copy engines and NCCL communicate.
         overlap = 1.0 if device_type == "cuda" else 0.0
-    memory = device_memory_gb * 1e9 if device_memory_gb else device_memory_bytes(device_type, procs_per_node)
-    return Options(procs_per_node=procs_per_node, cores=cores, link_gbps=link_gbps,
+    memory = device_memory_gb * 1e9 if device_memory_gb else device_memory_bytes(device_type, nproc_per_node)
+    return Options(nproc_per_node=nproc_per_node, cores=cores, link_gbps=link_gbps,
                    link_latency_s=link_latency_us * 1e-6, overlap=overlap, microbatches=microbatches,
                    device_memory_bytes=memory, devices_per_process=devices_per_process)
 
@@ -43,11 +43,11 @@ def copies_per_thread_count(threads: list[int], options: Options, device_type: s
     the processes per machine). On GPUs each process has its own device: one copy."""
     if device_type == "cuda":
         return {t: 1 for t in threads}
-    return {t: max(1, min(options.procs_per_node, options.cores // t)) for t in threads}
+    return {t: max(1, min(options.nproc_per_node, options.cores // t)) for t in threads}
 
 
 @dataclass(frozen=True)
-class ProbePlan:
+class ProbeJobs:
     """What every round of a plan's measurements runs."""
     workload_name: str
     spec: dict
@@ -67,7 +67,7 @@ class ProbePlan:
         s = self.spec
         argv = ["plan", "--workload", s["workload"], "--batch-size", str(s["batch_size"]), "--seed", str(s["seed"]),
                 "--steps", str(s["steps"]), "--warmup", str(s["warmup"]), "--min-seconds", str(s["min_seconds"]),
-                "--microbatches", str(s["microbatches"]),
+                *(["--microbatches", str(s["microbatches"])] if s.get("microbatches") else []),
                 "--threads", str(threads), "--out", str(out)]
         for flag in ("model", "dataset", "device", "backend"):
             if s.get(flag):
@@ -103,7 +103,7 @@ def _bucket_sizes(jobs: dict) -> list[int]:
 
 
 def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], options: Options, device_type: str,
-               link: Optional[Link] = None) -> ProbePlan:
+               link: Optional[Link] = None) -> ProbeJobs:
     threads = threads_needed(world_sizes, options, device_type)
-    return ProbePlan(workload_name, spec, copies_per_thread_count(threads, options, device_type), device_type,
+    return ProbeJobs(workload_name, spec, copies_per_thread_count(threads, options, device_type), device_type,
                      options.cores, link, needs_link=max(world_sizes) > 1)

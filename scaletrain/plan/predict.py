@@ -4,11 +4,12 @@ against one process with every core."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from . import formulas as f
 from .cost_models import COST_MODELS
+from .configuration import configuration
 from .probe import Probe
 from .scenario import Options, baseline_step, scenario
 
@@ -30,17 +31,25 @@ class Prediction:
     memory_bytes: float
     fits: bool
     note: str = ""
+    mesh: str = ""
+    """The parallel dimensions it runs ('dp_shard 2 × tp 2')."""
+    options: dict = field(default_factory=dict)
+    """The strategy options it was predicted with."""
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def predict(probe: Probe, strategy: str, n: int, options: Options) -> Optional[Prediction]:
+def predict(probe: Probe, strategy: str, n: int, options: Options,
+            strategy_options: Optional[dict] = None) -> Optional[Prediction]:
+    """The prediction for `strategy` (with `strategy_options`: degrees, micro-batches, ...) on
+    `n` processes, or None where it cannot run or has no cost model."""
     model = COST_MODELS.get(strategy)
-    if model is None:
+    shape = configuration(strategy, n, strategy_options, options.microbatches) if model is not None else None
+    if shape is None:
         return None
     s = scenario(n, options, probe.link, probe.device_type)
-    cost = model(probe, s, options)
+    cost = model(probe, s, options, shape)
     if cost is None:
         return None
     step = cost["compute"] + cost["exposed"]
@@ -49,8 +58,10 @@ def predict(probe: Probe, strategy: str, n: int, options: Options) -> Optional[P
                       compute_s=cost["compute"], comm_s=cost["comm"], exposed_comm_s=cost["exposed"], step_s=step,
                       samples_per_s=cost["batch"] / step, speedup=gain, efficiency=gain / n,
                       memory_bytes=cost["memory"], fits=cost["memory"] <= options.device_memory_bytes,
-                      note=cost.get("note", ""))
+                      note=cost.get("note", ""), mesh=shape.dims.describe(), options=dict(shape.options))
 
 
-def predict_all(probe: Probe, strategies: list[str], world_sizes: list[int], options: Options) -> list[Prediction]:
-    return [p for name in strategies for n in world_sizes if (p := predict(probe, name, n, options)) is not None]
+def predict_all(probe: Probe, strategies: list[str], world_sizes: list[int], options: Options,
+                strategy_options: Optional[dict] = None) -> list[Prediction]:
+    return [p for name in strategies for n in world_sizes
+            if (p := predict(probe, name, n, options, strategy_options)) is not None]

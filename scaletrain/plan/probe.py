@@ -86,6 +86,10 @@ class Probe:
     """Parameters of each top-level block (how the strategies cut stages)."""
     ddp_step: Optional[DdpStep] = None
     """Measured in the job of several processes (None: one process planned, or no DDP)."""
+    memory_constant_bytes: float = 0.0
+    """What the one-process job held before its model: interpreter, torch, process group, data."""
+    memory_peak_bytes: float = 0.0
+    """The one-process job's peak while it trained (a DDP process of one)."""
 
     @property
     def step_s(self) -> dict:
@@ -96,8 +100,9 @@ class Probe:
 
 
 def footprint_from_dict(fp: dict) -> Footprint:
-    return Footprint(**{**fp, "block_param_bytes": tuple(fp["block_param_bytes"]),
-                        "grad_tensor_bytes": tuple(fp["grad_tensor_bytes"])})
+    lists = ("block_param_bytes", "grad_tensor_bytes", "block_tp_param_bytes", "block_tp_reduce_bytes_per_sample")
+    lists = (*lists, "block_activation_bytes_per_sample")
+    return Footprint(**{**fp, **{k: tuple(fp[k]) for k in lists if k in fp}})
 
 
 def probe_from_dict(doc: dict) -> Probe:
@@ -110,7 +115,9 @@ def probe_from_dict(doc: dict) -> Probe:
                  link=Link(**{**link, "points": tuple(tuple(p) for p in link.get("points", ()))}) if link else None,
                  block_s=tuple(doc.get("block_s", ())), block_micro_s=tuple(doc.get("block_micro_s", ())),
                  microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())),
-                 ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None)
+                 ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None,
+                 memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
+                 memory_peak_bytes=doc.get("memory_peak_bytes", 0.0))
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -130,7 +137,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
                  microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())),
-                 ddp_step=ddp)
+                 ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
+                 memory_peak_bytes=single.get("memory_peak_bytes", 0.0))
 
 
 def link_from_rows(rows: list[dict], source: str) -> Link:
@@ -187,7 +195,7 @@ def cores_here() -> int:
     return cpu_cores()
 
 
-def device_memory_bytes(device_type: str, procs_per_node: int) -> float:
+def device_memory_bytes(device_type: str, nproc_per_node: int) -> float:
     """What one process may use: the GPU's memory, or the machine's memory ÷ processes."""
     if device_type == "cuda":
         return float(torch.cuda.get_device_properties(0).total_memory)
@@ -195,4 +203,4 @@ def device_memory_bytes(device_type: str, procs_per_node: int) -> float:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return float("inf")
-    return total / max(1, procs_per_node)
+    return total / max(1, nproc_per_node)

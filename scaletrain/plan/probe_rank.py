@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from ..measure.clock import Clock
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
+from ..train.optimizer import adam
 
 #: Steps whose DDP hook skips the all-reduce (the computation alone).
 LOCAL = "local"
@@ -98,8 +99,12 @@ def measure_probe_round(spec: dict) -> dict:
     with init(strategy="ddp", backend=spec.get("backend"), device=spec.get("device"), threads=spec.get("threads"),
               seed=spec["seed"]) as run:
         train_set, _ = workload.build_datasets(spec["seed"])
+        # What a process holds before the model: the interpreter, torch, the process group and
+        # the data (the constant part of every prediction of memory); the peak from here on.
+        constant = run.memory.current()
+        run.memory.reset_peak()
         model = workload.build_model()
-        optimizer = torch.optim.Adam(model.parameters(), lr=workload.lr)
+        optimizer = adam(model.parameters(), lr=workload.lr)  # the trainer's (bench's too)
         model, optimizer = run.setup(model, optimizer)
         kind, switch = SYNC, None
         if run.world_size > 1:
@@ -150,21 +155,23 @@ def measure_probe_round(spec: dict) -> dict:
         if run.world_size > 1:
             result["link_rows"] = _link_rows(grads, run.device)
         else:
+            result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
         return result
 
 
 def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
-    """Bytes of the model and the time of each block, in this (one-process) job."""
-    from ..measure.footprint import measure_footprint
+    """Bytes of the model and the time of each of its units (what pipeline stages are cut
+    from), in this (one-process) job."""
+    from ..measure.footprint import measure_footprint, model_units
     from .block_times import block_seconds
 
     inputs, targets = next(batches)
     footprint = measure_footprint(module, optimizer, inputs, targets, loss_fn)
-    micro = max(1, len(targets) // spec["microbatches"])
+    micro = max(1, len(targets) // (spec.get("microbatches") or 2))
+    runs, units = model_units(module)
     return {"footprint": footprint.as_dict(),
-            "block_s": block_seconds(module, inputs, targets, loss_fn),
-            "block_micro_s": block_seconds(module, inputs[:micro], targets[:micro], loss_fn),
+            "block_s": block_seconds(module, runs, inputs, targets, loss_fn),
+            "block_micro_s": block_seconds(module, runs, inputs[:micro], targets[:micro], loss_fn),
             "microbatch_size": micro,
-            "block_params": [sum(p.numel() for p in block.parameters()) for block in module.children()] or
-            [sum(p.numel() for p in module.parameters())]}
+            "block_params": [sum(p.numel() for m in unit for p in m.parameters()) for unit in units]}

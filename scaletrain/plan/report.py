@@ -8,6 +8,7 @@ from rich.table import Table
 from ..measure.console import table_console
 from ..measure.spread import Spread
 from .predict import Prediction
+from .summary import key
 from .probe import Probe
 from .scenario import Options
 from .verdict import gb
@@ -43,7 +44,7 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
     if link is not None:
         lines.append(f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs "
                      f"per ring step ({link.source})")
-    lines.append(f"machines like this one: {options.procs_per_node} process(es) each on {options.cores} core(s); "
+    lines.append(f"machines like this one: {options.nproc_per_node} process(es) each on {options.cores} core(s); "
                  f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs "
                  f"(--link-gbps, --link-latency-us); overlap {options.overlap:g}")
     return lines
@@ -55,8 +56,10 @@ def prediction_table(predictions: list[Prediction], spreads: dict, title: str = 
                    "95% interval", "efficiency", "memory/device", "fits"):
         table.add_column(column, justify="left" if column == "strategy" else "right")
     for p in predictions:
-        spread = spreads.get((p.strategy, p.world_size))
-        table.add_row(p.strategy, str(p.world_size), str(p.nodes), str(p.threads), f"{p.step_s * 1e3:.1f}",
+        spread = spreads.get(key(p))
+        table.add_row(p.strategy + (f" ({p.mesh})" if p.mesh not in ("1 process", f"dp_replicate {p.world_size}",
+                                                                      f"dp_shard {p.world_size}", f"pp {p.world_size}")
+                                    else ""), str(p.world_size), str(p.nodes), str(p.threads), f"{p.step_s * 1e3:.1f}",
                       f"{p.exposed_comm_s * 1e3:.1f}", f"{p.samples_per_s:,.0f}", f"{p.speedup:.2f}×",
                       interval_text(spread), f"{p.efficiency:.0%}", gb(p.memory_bytes), "yes" if p.fits else "NO")
     return table

@@ -1,6 +1,6 @@
 """Where the processes of a prediction run, and the measured compute they get there.
 
-Where the processes run: `procs_per_node` processes on each machine like this one (one per
+Where the processes run: `nproc_per_node` processes on each machine like this one (one per
 GPU, or one per core on a CPU), as many machines as the world size needs. On a CPU the
 processes of a machine share its cores, so each gets cores ÷ processes threads, and its
 compute is the probe's step time measured at that thread count next to its neighbours (not
@@ -12,7 +12,7 @@ the ring runs at the slower of the measured bus bandwidth and the network link.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from .probe import Compute, Link, Probe
@@ -21,7 +21,7 @@ from .probe import Compute, Link, Probe
 @dataclass(frozen=True)
 class Scenario:
     world_size: int
-    procs_per_node: int
+    nproc_per_node: int
     nodes: int
     threads: int
     alpha_s: float
@@ -31,6 +31,14 @@ class Scenario:
     oversubscription: float = 1.0
     """More processes than cores on a CPU machine: each gets this share less of a core."""
 
+    def group(self, span: int) -> "Scenario":
+        """The links of a group of `span` consecutive ranks (a mesh dimension with those inside
+        it): this machine's measured all-reduce when they fit on one machine, the network's too
+        when they do not."""
+        if self.nodes == 1 or span <= self.nproc_per_node:
+            return replace(self, nodes=1, network_busbw=None, alpha_s=self.link.alpha_s if self.link else 0.0)
+        return self
+
     def busbw(self, nbytes: float) -> float:
         """The ring's bus bandwidth for messages of `nbytes`."""
         measured = self.link.busbw_for(nbytes) if self.link else math.inf
@@ -39,12 +47,13 @@ class Scenario:
 
 @dataclass(frozen=True)
 class Options:
-    procs_per_node: int
+    nproc_per_node: int
     cores: int
     link_gbps: float
     link_latency_s: float
     overlap: float
-    microbatches: int
+    microbatches: Optional[int]
+    """A pipeline's micro-batches where the configuration does not say (None: the strategy's default)."""
     device_memory_bytes: float
     devices_per_process: Optional[int] = None
     """Devices a dp, mp or hybrid process drives (None: the GPUs visible, or the CPU's one)."""
@@ -53,15 +62,15 @@ class Options:
 def threads_needed(world_sizes: list[int], options: Options, device_type: str) -> list[int]:
     """The thread counts whose step time the predictions need, largest first."""
     if device_type == "cuda":
-        return [max(1, options.cores // max(1, options.procs_per_node))]
-    return sorted({max(1, options.cores // min(n, options.procs_per_node)) for n in [1, *world_sizes]},
+        return [max(1, options.cores // max(1, options.nproc_per_node))]
+    return sorted({max(1, options.cores // min(n, options.nproc_per_node)) for n in [1, *world_sizes]},
                   reverse=True)
 
 
 def scenario(n: int, options: Options, link: Optional[Link], device_type: str) -> Scenario:
-    per_node = min(n, options.procs_per_node)
+    per_node = min(n, options.nproc_per_node)
     nodes = math.ceil(n / per_node)
-    threads = max(1, options.cores // (options.procs_per_node if device_type == "cuda" else per_node))
+    threads = max(1, options.cores // (options.nproc_per_node if device_type == "cuda" else per_node))
     alpha = link.alpha_s if link else 0.0
     network = None
     if nodes > 1:  # the ring crosses the network: as slow as the slower of the two

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..strategies.splitting import balanced_cuts
+from ..parallel.splitting import balanced_cuts
 from .probe import Compute, Probe
 
 
@@ -47,15 +47,34 @@ class StageCosts:
             " per micro-batch"
 
 
-def stage_costs(probe: Probe, compute: Compute, groups: list[list[int]], microbatches: int) -> StageCosts:
-    """Measured per-stage costs; stages of equal cost when the probe timed no blocks."""
+def block_times_at(probe: Probe, samples: float) -> Optional[list[float]]:
+    """Each block's forward + backward on `samples` samples: measured at the probe's micro-batch
+    and at its whole batch, and in between (or beyond) along the line through them — a
+    block's time is a fixed part plus a part that grows with the samples."""
+    whole, micro, b = probe.block_s, probe.block_micro_s, probe.microbatch_size
+    if not whole or len(micro) != len(whole):
+        return None
+    if samples == b or b >= probe.batch_size:
+        return list(micro) if samples == b else list(whole)
+    if samples == probe.batch_size:
+        return list(whole)
+    fraction = (samples - b) / (probe.batch_size - b)
+    return [max(0.0, m + (w - m) * fraction) for m, w in zip(micro, whole)]
+
+
+def stage_costs(probe: Probe, compute: Compute, groups: list[list[int]], microbatches: int,
+                batch: Optional[int] = None, speedup: Optional[list[float]] = None) -> StageCosts:
+    """Measured per-stage costs of micro-batches of `batch` / `microbatches` samples (batch:
+    the probe's by default); stages of equal cost when the probe timed no blocks. `speedup`:
+    a factor per block by which its work shrinks (tensor parallel's share)."""
     params = list(probe.block_params) or [1] * len(groups)
     share = [sum(params[i] for i in g) / max(1, sum(params)) for g in groups]
     optimizer = tuple(compute.optimizer_s * s for s in share)
-    # One micro-batch: the blocks timed on the probe's micro-batch, or on the whole batch.
-    micro = probe.block_micro_s if microbatches > 1 else probe.block_s
-    if not probe.block_s or not micro or len(micro) != len(params):
+    batch = batch or probe.batch_size
+    micro = block_times_at(probe, batch / microbatches)
+    if micro is None or len(micro) != len(params):
         equal = compute.fb_s / microbatches / len(groups)
         return StageCosts(tuple(equal for _ in groups), optimizer)
     scale = compute.fb_s / sum(probe.block_s)  # the whole step at this thread count / the blocks at theirs
-    return StageCosts(tuple(sum(micro[i] for i in g) * scale for g in groups), optimizer)
+    factor = speedup or [1.0] * len(micro)
+    return StageCosts(tuple(sum(micro[i] * factor[i] for i in g) * scale for g in groups), optimizer)

@@ -16,8 +16,11 @@ _MEDIAN_FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "step_s", "samples_pe
                   "memory_bytes")
 
 
-def key(p: Prediction) -> tuple[str, int]:
-    return p.strategy, p.world_size
+def key(p: Prediction) -> tuple:
+    """(strategy, world size), and the mesh's dimensions where degrees were given: one
+    strategy on one world size may then be several configurations."""
+    given = any(p.options.get(name) is not None for name in ("tp", "dp_replicate", "dp_shard", "pp"))
+    return (p.strategy, p.world_size, p.mesh) if given else (p.strategy, p.world_size)
 
 
 def median_predictions(rounds: list[list[Prediction]]) -> tuple[list[Prediction], dict]:

@@ -51,3 +51,29 @@ def verdicts(predictions: list[Prediction], device_memory_bytes: float,
         lines.append(f"Best predicted: {best.strategy} on {best.world_size} processes, {best.speedup:.2f}× "
                      f"({best.efficiency:.0%} efficiency).")
     return lines
+
+
+def fit_advice(probe, predictions: list[Prediction], options, strategy_options: Optional[dict] = None) -> list[str]:
+    """For each configuration that does not fit, the cheapest change that makes it fit:
+    activation checkpointing (a second forward of each block), else — on GPUs — FSDP's CPU
+    offload; more shards are said by `verdicts`."""
+    from .predict import predict
+
+    lines = []
+    for p in predictions:
+        if p.fits:
+            continue
+        base = {**(strategy_options or {}), **p.options}
+        ac = predict(probe, p.strategy, p.world_size, options, {**base, "activation_checkpointing": "full"})
+        if ac is not None and ac.fits:
+            lines.append(f"  {p.strategy} ×{p.world_size} fits with --activation-checkpointing full: "
+                         f"{gb(ac.memory_bytes)} per device instead of {gb(p.memory_bytes)}, {ac.speedup:.2f}× "
+                         f"instead of {p.speedup:.2f}×.")
+            continue
+        if probe.device_type == "cuda" and p.strategy in ("fsdp", "tp", "pipeline"):
+            fp = probe.footprint
+            states = (fp.param_bytes + fp.grad_bytes + fp.optimizer_bytes) / max(1, p.world_size)
+            if p.memory_bytes - states <= options.device_memory_bytes:
+                lines.append(f"  {p.strategy} ×{p.world_size} fits with --offload (its state in CPU memory): about "
+                             f"{gb(p.memory_bytes - states)} per device.")
+    return lines

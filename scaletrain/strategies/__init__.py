@@ -1,12 +1,15 @@
-"""The registry of strategies: name -> Strategy class. Add a strategy by writing its module
-(options, Strategy, Prepared) and registering its class here."""
+"""The registry of strategies: name -> Strategy class. A strategy is a preset of the
+parallelisms (scaletrain.parallel): add one by writing its module (options and Strategy
+subclass) and registering its class here."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import UsageError, arg
-from .base import CommonOptions, Prepared, Strategy
+from ..parallel import Prepared
+from .auto import AutoStrategy
+from .base import CommonOptions, MeshOptions, Strategy
 from .ddp import DDPStrategy
 from .dp import DataParallelStrategy
 from .fsdp import FSDPStrategy
@@ -14,6 +17,7 @@ from .hybrid import HybridStrategy
 from .mp import ModelParallelStrategy
 from .pipeline import PipelineStrategy
 from .single import SingleStrategy
+from .tp import TensorParallelStrategy
 
 REGISTRY: dict[str, type[Strategy]] = {}
 
@@ -24,7 +28,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
 
 
 for _cls in (SingleStrategy, DataParallelStrategy, ModelParallelStrategy, DDPStrategy, HybridStrategy,
-             PipelineStrategy, FSDPStrategy):
+             PipelineStrategy, FSDPStrategy, TensorParallelStrategy, AutoStrategy):
     register(_cls)
 
 
@@ -43,4 +47,17 @@ def get_strategy(name: str | Strategy, **options: Any) -> Strategy:
     return REGISTRY[name](**options)
 
 
-__all__ = ["REGISTRY", "Strategy", "Prepared", "CommonOptions", "get_strategy", "strategy_names", "register"]
+def implied_strategy(options: dict[str, Any]) -> str:
+    """The strategy a command line means when it gives degrees but no strategy: pipeline
+    with --pp, fsdp with --dp-shard or --dp-replicate, tp with --tp alone; else ddp."""
+    if options.get("pp") is not None or options.get("pipeline_stages") is not None:
+        return "pipeline"
+    if options.get("dp_shard") is not None or options.get("dp_replicate") is not None:
+        return "fsdp"
+    if options.get("tp") is not None:
+        return "tp"
+    return "ddp"
+
+
+__all__ = ["REGISTRY", "implied_strategy", "Strategy", "Prepared", "CommonOptions", "MeshOptions", "get_strategy", "strategy_names",
+           "register"]

@@ -1,36 +1,38 @@
-"""What a strategy is: everything that happens inside one process to spread training.
+"""What a strategy is: a named preset of the parallelisms (scaletrain.parallel) — which
+degrees it fills, how its data-parallel dimensions synchronise, which options it takes.
 
-Two objects per strategy, with different lifetimes:
+A `Strategy` answers what follows from its options and the world size alone, before any
+process or model exists: the parallel dimensions (`dims`, validated once, with every factor
+named in the error), the checks of a model's split or tensor-parallel plan (`check_model`,
+which takes a model built on the meta device), the facts for the run's summary. Its
+`setup(topology, model, optimizer)` applies the parallelisms in their fixed order and
+returns a `Prepared` model (scaletrain.parallel.prepared).
 
-- a `Strategy` is the plan: its typed, frozen options and what follows from them alone —
-  the checks that can run before any process or model exists, how the data is sharded,
-  which processes hold the model's outputs, the facts for the run's summary;
-- `strategy.setup(ctx, model, optimizer)` returns a `Prepared`: the per-run state (the
-  wrapped model, the split, the stages, the groups) and everything that uses it — a
-  forward and backward, skipping gradient synchronisation, prediction, the description of
-  what each process holds, and the model's and optimizer's state for checkpoints.
-
-Strategies see a `ProcessContext` (rank, sizes, device, backend), never the library's
+Strategies see a `Topology` (rank, sizes, device, backend, the mesh), never the library's
 `Run`. The registry in `scaletrain.strategies` maps names to strategy classes; nothing else
 switches on a strategy's name.
 """
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from torch import nn
 
-from ..batches import NO_TARGETS, call_model, compute_loss, split
 from ..context import ProcessContext
 from ..errors import UsageError, arg
-from ..options import build, check_choice, check_count, option
+from ..options import build, check_choice, check_count, declared, option
+from ..parallel import ParallelConfig, Prepared, Topology, parallelize
+from ..parallel.dims import MESH_DIMS, ParallelDims, resolve_dims
 from ..precision import PRECISIONS
-from ..values import positive_int
-from . import model_state
+from ..parallel.checkpointing import MODES as AC_MODES
+from ..values import factory_name, positive_int, reshard_value
+
+#: Degree options, as the strategies that take them name them.
+DEGREES = ("pp", "dp_replicate", "dp_shard", "tp")
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,64 @@ class CommonOptions:
                                 "so the batch per optimizer step grows N times", metavar="N", parse=positive_int)
     compile: bool = option(False, "torch.compile each block of the model in place (names, sharding and unwrap "
                                   "unchanged); the first steps are slow while it compiles")
+    activation_checkpointing: str = option(
+        "none", "keep only each block's input for backward and compute the rest again there: full (every block), "
+                "selective (torch's operator policy: matrix products kept, the rest recomputed; or every k-th block "
+                "with ac_every), none", choices=AC_MODES)
+    ac_every: Optional[int] = option(None, "with activation_checkpointing selective: checkpoint every k-th block "
+                                           "whole instead of the operator policy", metavar="K", parse=positive_int)
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
         check_count("grad_accum", self.grad_accum, 1, "a whole number of micro-steps")
+        check_choice("activation_checkpointing", self.activation_checkpointing, AC_MODES)
+        if self.ac_every is not None:
+            check_count("ac_every", self.ac_every, 1, "a whole number of blocks")
+            if self.activation_checkpointing != "selective":
+                raise UsageError(f"{arg('ac_every', self.ac_every)} chooses blocks for "
+                                 f"{arg('activation_checkpointing', 'selective')}; give that too, or drop it")
+
+
+TP_HELP = ("tensor-parallel degree: each layer's matrices split N ways, by the model's own plan (stdlib-gpt; "
+           "Hugging Face models that declare one, such as Llama) or by --parallelize")
+DP_REPLICATE_HELP = "data-parallel replicas, each holding the whole model (or, with dp_shard, a group of shards)"
+DP_SHARD_HELP = "data-parallel shards: each process holds 1/S of parameters, gradients and optimizer state"
+
+
+@dataclass(frozen=True)
+class MeshOptions(CommonOptions):
+    """The degrees of the mesh a composable strategy takes; the one its preset fills takes
+    the processes the others leave."""
+
+    tp: Optional[int] = option(None, TP_HELP, metavar="N", parse=positive_int)
+    dp_replicate: Optional[int] = option(None, DP_REPLICATE_HELP, metavar="R", parse=positive_int)
+    dp_shard: Optional[int] = option(None, DP_SHARD_HELP, metavar="S", parse=positive_int)
+    reshard_after_forward: Optional[Any] = option(
+        None, "FSDP after each block's forward: true frees the gathered parameters (ZeRO-3, least memory), false "
+              "keeps them for backward (ZeRO-2: one all-gather less per block), N keeps them sharded N ways "
+              "(in between; N divides dp_shard) (default true)", metavar="true|false|N", parse=reshard_value)
+    offload: bool = option(False, "FSDP keeps parameters, gradients and optimizer state in CPU memory between "
+                                  "uses (CUDA runs: frees GPU memory at the cost of copies)")
+    parallelize: Optional[Any] = option(
+        None, "your tensor-parallel plan, for a model without one: a function fn(model, tp_mesh) that applies "
+              "torch.distributed.tensor.parallel.parallelize_module itself (library: the function; command line: "
+              "its MODULE:FUNCTION)", metavar="MODULE:FUNCTION", parse=factory_name)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("tp", "dp_replicate", "dp_shard"):
+            if getattr(self, name) is not None:
+                check_count(name, getattr(self, name), 1, "a whole number of processes")
+        if self.reshard_after_forward is not None:
+            try:
+                object.__setattr__(self, "reshard_after_forward", reshard_value(self.reshard_after_forward))
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"{arg('reshard_after_forward', self.reshard_after_forward)}: {exc}") from None
+        if self.parallelize is not None and not callable(self.parallelize):
+            try:  # a module:function name, imported where it is used
+                factory_name(self.parallelize)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"{arg('parallelize')}: give a function fn(model, tp_mesh), or its name: {exc}") from None
 
 
 class Strategy:
@@ -57,12 +113,30 @@ class Strategy:
     Options: ClassVar[type] = CommonOptions
     #: False for strategies that must run as exactly one process (single, dp, mp).
     multi_process: ClassVar[bool] = True
-    #: True when each process holds only a shard of the gradients (fsdp): gradient norms and
-    #: fp16 overflow checks are then agreed over all processes.
-    shards_gradients: ClassVar[bool] = False
+    #: The dimension that takes the processes the given degrees leave.
+    fill: ClassVar[Optional[str]] = "dp_replicate"
+    #: How the data-parallel dimensions synchronise: "ddp", "fsdp", or None.
+    data_parallel_kind: ClassVar[Optional[str]] = None
+    #: How one process drives several devices: "split" (mp, hybrid), "replicate" (dp), or None.
+    local_devices: ClassVar[Optional[str]] = None
+    #: Whether the model runs as pipeline stages.
+    pipelined: ClassVar[bool] = False
+    #: A degree given to a strategy that does not take it: the strategy to use instead.
+    instead: ClassVar[dict] = {}
 
     def __init__(self, options: Optional[CommonOptions] = None, **values: Any):
-        self.options = options if options is not None else build(self.Options, arg("strategy", self.name), values)
+        if options is None:
+            self._refuse_degrees(values)
+            options = build(self.Options, arg("strategy", self.name), values)
+        self.options = options
+
+    def _refuse_degrees(self, values: dict) -> None:
+        takes = {f.name for f in declared(self.Options)}
+        for name in DEGREES:
+            if values.get(name) is not None and name not in takes:
+                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')}, tp or pipeline")
+                raise UsageError(f"{arg(name, values[name])} does not apply to {arg('strategy', self.name)}; "
+                                 f"use {hint}")
 
     @property
     def precision(self) -> str:
@@ -74,123 +148,94 @@ class Strategy:
 
     def option_values(self) -> dict:
         """Every option with its value (defaults included): for summaries and configurations."""
-        return asdict(self.options)
+        return {k: v for k, v in asdict(self.options).items() if not callable(v)}
+
+    # -- the topology, from the options and the world size ------------------------------------
+    def given_degrees(self) -> dict[str, Optional[int]]:
+        return {name: getattr(self.options, name, None) for name in MESH_DIMS}
+
+    def devices_per_process(self, local_world_size: int = 1) -> int:
+        return 1
+
+    def dims(self, world_size: int, local_world_size: int = 1) -> ParallelDims:
+        """The parallel dimensions of `world_size` processes; UsageError naming every factor."""
+        if not self.multi_process and world_size > 1:
+            raise UsageError(f"strategy {self.name!r} runs one process, but {world_size} were asked for; "
+                             f"use {arg('nproc_per_node', 1)}, or strategy ddp for one process per device")
+        given = self.given_degrees()
+        return resolve_dims(world_size, given, self.fill_for(given), self.devices_per_process(local_world_size),
+                            self.degree_labels())
+
+    def degree_labels(self) -> dict[str, str]:
+        """Degrees the user named otherwise (a pipeline's `pipeline_stages` is its `pp`)."""
+        return {}
+
+    def fill_for(self, given: dict[str, Optional[int]]) -> Optional[str]:
+        """The dimension that takes the processes the `given` degrees leave."""
+        return self.fill
+
+    def data_parallel(self, dims: ParallelDims) -> Optional[str]:
+        return self.data_parallel_kind
 
     # -- checks, before any process or model exists where possible --------------------------
     def check_world_size(self, world_size: int) -> None:
         """Raise UsageError when this strategy cannot run on `world_size` processes."""
-        if not self.multi_process and world_size > 1:
-            raise UsageError(f"strategy {self.name!r} runs one process, but {world_size} were asked for; "
-                             f"use {arg('nproc_per_node', 1)}, or strategy ddp for one process per device")
+        dims = self.dims(world_size)
+        reshard = getattr(self.options, "reshard_after_forward", None)
+        if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.dp_shard % reshard:
+            raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
+                             f"after forward, which must divide dp_shard ({dims.dp_shard}); use a divisor of it, or "
+                             f"true or false")
 
-    def check_plan(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
-        """Raise UsageError for a model or batch size this strategy cannot split."""
+    def check_model(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
+        """Raise UsageError for a model or batch size this strategy cannot split. `model` may
+        be built on the meta device: only its structure and shapes are read."""
+        from ..parallel.tensor_parallel import check_tensor_parallel
+
+        dims = self.dims(world_size)
+        if model is not None and dims.tp > 1:
+            check_tensor_parallel(model, dims.tp, getattr(self.options, "parallelize", None))
 
     def preflight(self, world_size: int, model: Optional[nn.Module] = None, batch_size: Optional[int] = None) -> None:
         """Every check that can run in the parent, before processes start."""
         self.check_world_size(world_size)
-        self.check_plan(world_size, model, batch_size)
+        self.check_model(world_size, model, batch_size)
 
     def validate(self, ctx: ProcessContext) -> None:
         """Raise UsageError for a combination that cannot work (before any model exists)."""
+        self.dims(ctx.world_size, ctx.local_world_size)
         self.check_world_size(ctx.world_size)
+        self.check_device(ctx.device.type)
+
+    def check_device(self, device_type: str) -> None:
+        """Raise UsageError for options this device cannot honour."""
+        if getattr(self.options, "offload", False) and device_type != "cuda":
+            raise UsageError(f"{arg('offload')} moves FSDP's parameters, gradients and optimizer state from the GPU to "
+                             f"the CPU's memory, but this run is on the {device_type}, where they are already: drop "
+                             f"{arg('offload')}")
 
     def device_slot(self, local_rank: int, local_world_size: int) -> int:
         """Which of the machine's devices is this process's (first) one: its local rank,
         unless each process owns several devices."""
-        return local_rank
-
-    # -- data and outputs -------------------------------------------------------------------
-    def data_parallel(self, ctx: ProcessContext) -> tuple[int, int]:
-        """(this process's data shard, number of shards). Data parallel: one shard per rank."""
-        return ctx.rank, ctx.world_size
+        return local_rank * self.devices_per_process(local_world_size)
 
     def whole_batches_only(self) -> bool:
         """True when every training batch must have the full batch size (the loader then
-        drops an epoch's last, incomplete batch)."""
-        return False
-
-    def holds_outputs(self, ctx: ProcessContext) -> bool:
-        """Whether this process computes the model's outputs and so the loss (pipeline: last stage)."""
-        return True
-
-    def output_holders(self, ctx: ProcessContext) -> int:
-        """How many processes hold outputs; metrics are averaged over those."""
-        return ctx.world_size
+        drops an epoch's last, incomplete batch): a pipeline's equal micro-batches."""
+        return self.pipelined
 
     # -- the run ----------------------------------------------------------------------------
-    def setup(self, ctx: ProcessContext, model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> "Prepared":
-        model.to(ctx.device)
-        return Prepared(self, ctx, model, optimizer, module=model)
+    def topology(self, ctx: ProcessContext) -> Topology:
+        return Topology(self.dims(ctx.world_size, ctx.local_world_size), ctx)
 
-    def describe(self, ctx: ProcessContext) -> dict:
+    def configuration(self, topology: Topology) -> ParallelConfig:
+        return ParallelConfig(self.name, self.options, topology, data_parallel=self.data_parallel(topology.dims),
+                            pipeline=self.pipelined, local_devices=self.local_devices)
+
+    def setup(self, topology: Topology, model: nn.Module, optimizer: Optional[torch.optim.Optimizer],
+              meta_rng: Optional[torch.Tensor] = None, init_fn: Optional[Callable] = None) -> Prepared:
+        return parallelize(self.configuration(topology), model, optimizer, meta_rng, init_fn)
+
+    def describe(self, topology: Topology) -> dict:
         """What the plan says, for summary.json (no model needed; no collective)."""
-        return {"precision": self.precision, "grad_accum": self.grad_accum}
-
-
-class Prepared:
-    """A model prepared by a strategy for one run, and the calls that use its state.
-
-    `model` is what `run.setup` hands back (possibly a wrapper), `module` the user's own
-    module (or, for a pipeline, this process's stage of it): checkpoints and `run.unwrap`
-    use `module`, so parameter names are the user's own whatever the wrapper."""
-
-    banner: Optional[str] = None  # one line the run prints on rank 0 (the split it made, ...)
-
-    def __init__(self, strategy: Strategy, ctx: ProcessContext, model: nn.Module,
-                 optimizer: Optional[torch.optim.Optimizer], module: nn.Module):
-        self.strategy, self.ctx = strategy, ctx
-        self.model, self.optimizer, self.module = model, optimizer, module
-
-    def autocast(self):
-        """Mixed precision: bf16/fp16 autocast around forward and loss; fp32 does nothing."""
-        dtype = PRECISIONS[self.strategy.precision]
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.ctx.device.type, dtype=dtype)
-
-    # -- training ---------------------------------------------------------------------------
-    def forward_backward(self, batch: Any, targets: Any = NO_TARGETS, loss_fn: Optional[Callable] = None,
-                         scale: float = 1.0) -> torch.Tensor:
-        """Forward and backward on one batch; returns the detached, unscaled loss."""
-        inputs, rest = split(batch, targets)
-        with self.autocast():
-            output = call_model(self.model, inputs)
-            loss = compute_loss(output, rest, loss_fn, inputs)
-        (loss if isinstance(scale, float) and scale == 1.0 else loss * scale).backward()
-        return loss.detach()
-
-    def grad_norm(self, parameters: list, norm_type: float = 2.0) -> torch.Tensor:
-        """The norm of the whole model's gradient (what one process training the whole model
-        on the global batch would compute), from this process's `parameters`. Data parallel
-        strategies hold the whole, synchronised gradient in every process."""
-        grads = [p.grad for p in parameters if p.grad is not None]
-        if not grads:
-            return torch.zeros((), device=self.ctx.device)
-        return torch.nn.utils.get_total_norm(grads, norm_type).to(self.ctx.device)
-
-    def no_sync(self):
-        """Context in which backward does not synchronise gradients (accumulation)."""
-        return contextlib.nullcontext()
-
-    def predict(self, inputs: Any) -> Any:
-        """The model's output for evaluation, or None on a process that does not produce one."""
-        with self.autocast():
-            return call_model(self.module, inputs)
-
-    # -- reporting --------------------------------------------------------------------------
-    def describe(self) -> dict:
-        """Facts about what this run holds, for summary.json. Collective: every rank calls it."""
-        return {"memory_per_process": model_state.gather_memory(self.ctx, self.module, self.optimizer)}
-
-    # -- state for checkpoints ----------------------------------------------------------------
-    def state_dict(self, full: bool, optimizer: Optional[torch.optim.Optimizer] = None) -> dict:
-        """{"model": ..., "optimizer": ...}, keyed by the user's parameter names.
-        full=True: collective; rank 0 gets the whole state on the CPU, the others {}.
-        full=False: this process's shares (DTensors where sharded), for a sharded save."""
-        return model_state.ModuleState(self.module).state_dict(full, optimizer)
-
-    def load_state_dict(self, state: dict, full: bool, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
-        """Puts a state from `state_dict(full)` back. full=True: collective; rank 0 passes
-        the whole state, the others `{"model": {}, "optimizer": {}}`."""
-        model_state.ModuleState(self.module).load_state_dict(state, full, optimizer)
+        return {"precision": self.precision, "grad_accum": self.grad_accum, **topology.describe()}

@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from torch.nn.parallel import DistributedDataParallel
-
+from ..errors import arg
 from ..options import check_choice, check_count, option
+from ..parallel.ddp_compression import COMPRESSIONS
 from ..values import positive_float, positive_int
-from .base import CommonOptions, Prepared, Strategy
-from .ddp_compression import COMPRESSIONS, register_compression
+from .base import CommonOptions, Strategy
 
 
 @dataclass(frozen=True)
@@ -33,33 +32,18 @@ class DDPOptions(CommonOptions):
         check_count("powersgd_rank", self.powersgd_rank)
 
 
-class DDPPrepared(Prepared):
-    def no_sync(self):
-        return self.model.no_sync()
-
-
 class DDPStrategy(Strategy):
     name = "ddp"
     help = "DistributedDataParallel: one process per device, gradients all-reduced"
     Options = DDPOptions
+    data_parallel_kind = "ddp"
+    instead = {"tp": f"{arg('strategy', 'tp')} (tensor parallel; the other processes replicate it) or "
+                     f"{arg('strategy', 'fsdp')} with {arg('tp')}",
+               "dp_shard": f"{arg('strategy', 'fsdp')} (with {arg('dp_replicate')} for hybrid sharding)",
+               "dp_replicate": f"{arg('strategy', 'fsdp')} with {arg('dp_shard')} for hybrid sharding (ddp replicates "
+                               f"over every process)",
+               "pp": f"{arg('strategy', 'pipeline')}"}
 
-    def ddp_kwargs(self, ctx) -> dict:
-        kwargs = {
-            "device_ids": [ctx.device.index] if ctx.device.type == "cuda" else None,
-            # Gradients live in the communication buckets: one copy less per step.
-            "gradient_as_bucket_view": True,
-            "static_graph": self.options.static_graph,
-        }
-        if self.options.bucket_cap_mb is not None:
-            kwargs["bucket_cap_mb"] = float(self.options.bucket_cap_mb)
-        return kwargs
-
-    def setup(self, ctx, model, optimizer):
-        model.to(ctx.device)
-        ddp = DistributedDataParallel(model, **self.ddp_kwargs(ctx))
-        register_compression(ddp, self.options.grad_compression, powersgd_rank=self.options.powersgd_rank)
-        return DDPPrepared(self, ctx, ddp, optimizer, module=model)
-
-    def describe(self, ctx):
-        return {**super().describe(ctx), "grad_compression": self.options.grad_compression,
+    def describe(self, topology):
+        return {**super().describe(topology), "grad_compression": self.options.grad_compression,
                 "static_graph": self.options.static_graph, "bucket_cap_mb": self.options.bucket_cap_mb}

@@ -1,25 +1,15 @@
 """`hybrid`: DistributedDataParallel whose every replica is itself split across its process's
-devices like `mp` (process p owns cuda:p*K..p*K+K-1). DDP all-reduces the gradients of the
-whole split replica; inside a process, activations move between the parts."""
+devices like `mp` (process p owns cuda:p*K..p*K+K-1): the local-devices split, then DDP over
+the data-parallel replicas, which all-reduces the gradients of the whole split replica."""
 
 from __future__ import annotations
 
-from torch.nn.parallel import DistributedDataParallel
-
-from .mp import ModelParallelStrategy, MPPrepared
-
-
-class HybridPrepared(MPPrepared):
-    def no_sync(self):
-        return self.model.no_sync()
+from .mp import ModelParallelStrategy
 
 
 class HybridStrategy(ModelParallelStrategy):
     name = "hybrid"
     help = "DDP + model parallel: each process splits its replica across K devices"
-    Prepared = HybridPrepared
     multi_process = True
-
-    def wrap(self, ctx, parted):
-        # device_ids must stay None: the replica spans several devices.
-        return DistributedDataParallel(parted, device_ids=None, gradient_as_bucket_view=True)
+    fill = "dp_replicate"
+    data_parallel_kind = "ddp"

@@ -7,3 +7,4 @@ class SingleStrategy(Strategy):
     name = "single"
     help = "one process on one device; the baseline"
     multi_process = False
+    fill = None

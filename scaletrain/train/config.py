@@ -19,7 +19,9 @@ class TrainConfig:
     dataset: Optional[str] = None
     """The user's dataset factory, `module:function`, replacing the workload's data."""
     epochs: Optional[int] = None
-    """Passes over the training data; None: the workload's default."""
+    """Passes over the training data; None: the workload's default (with `max_steps`: as many as it takes)."""
+    max_steps: Optional[int] = None
+    """Stop after this many optimizer steps (the final evaluation and checkpoint as at an epoch's end)."""
     batch_size: int = 32
     """Samples per process per step; the global batch is this × data-parallel size."""
     eval_batch_size: int = 256
@@ -50,6 +52,11 @@ class TrainConfig:
     """How long a rank waits for its peers before naming the missing ones and exiting."""
     pin_cores: bool = True
     """Bind each process of a node to its own cores (see `scaletrain.devices.pin_cores`)."""
+    auto_choice: Optional[str] = None
+    """Why `--strategy auto` chose this run's strategy and options (the plan's two lines)."""
+    meta_init: str = "auto"
+    """Build the model on the meta device and give each process only its share: auto (where no
+    process holds the whole model and the model can initialise itself there), always, never."""
     strategy_options: dict = field(default_factory=dict)
     """Options particular to the strategy."""
     trackers: list = field(default_factory=list)

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UsageError
-from ..strategies.model_state import local_part
+from ..parallel.model_state import local_part
 
 _NONE = math.inf  # "no non-finite step seen", as the MIN reduction wants it
 
@@ -42,7 +42,7 @@ class NonFiniteGuard:
                  say: Callable[[str], None]):
         self.run, self.every, self.keep_going, self.lr, self.say = run, every, keep_going, lr, say
         self.first_step = first_step  # the step this process started after (0, or where it resumed)
-        self.loss_is_local = run.strategy.holds_outputs(run.ctx)
+        self.loss_is_local = run.topology.holds_outputs
         self.parameters = [p for p in model.parameters()]
         self.first_bad = torch.full((), _NONE, dtype=torch.float64, device=run.device)
         self.seen: Optional[int] = None  # the step reported, once (keep_going)

@@ -3,6 +3,8 @@ exactly as a user's own loop would be."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -12,6 +14,8 @@ import torch
 from ..version import __version__
 from ..api import init
 from ..batches import batch_size_of
+from ..parallel.meta_init import uninitialisable
+from ..errors import UsageError, arg
 from ..startup import command_age
 from ..workloads import get_workload
 from ..workloads.tasks import derive, get_task
@@ -29,17 +33,18 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     showed its notes, so they are not shown again."""
     started = time.perf_counter()
     workload = get_workload(config.workload, config.model, config.dataset)
-    epochs = config.epochs or workload.epochs
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         task = get_task(config.task or workload.task or derive(train_set[0]))
-        model = workload.build_model()
-        optimizer = adam(model.parameters(), lr=lr)
-        model, optimizer = run.setup(model, optimizer)
+        with fits_in_memory(run):
+            model = build_model(run, workload, config.meta_init)
+            optimizer = adam(model.parameters(), lr=lr)
+            model, optimizer = run.setup(model, optimizer)
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
+        epochs, last_step = training_length(config, workload.epochs, len(loader), run.strategy.grad_accum)
         reporter = Reporter(run.is_main, out, run.trackers)
         global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
         reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
@@ -61,17 +66,26 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
         def wall() -> float:  # the run's time so far, across resumes
             return reporter.wall_offset + time.perf_counter() - started
 
-        recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, epochs * len(loader),
+        recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, last_step,
                                 run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
         train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
+        if run.steps_taken >= last_step:
+            done = run.steps_taken // run.strategy.grad_accum
+            raise UsageError(f"the checkpoint resumed is at optimizer step {done}, where this run would stop; give "
+                             f"{arg('max_steps', done + 1)} or more (or more {arg('epochs')}) to train it further")
         for epoch in range(start["epoch"], epochs + 1):
+            if run.steps_taken >= last_step:  # --max-steps reached
+                break
             loss_sum = torch.full((), start["loss_sum"], device=run.device)
             steps, samples = start["steps"], start["samples"]
             recorder.begin_epoch(start["loss_sum"], steps, samples)
             start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
             epoch_start = time.perf_counter()
-            with reporter.progress(len(loader), f"epoch {epoch}/{epochs}") as advance:
+            in_epoch = min(len(loader), last_step - (epoch - 1) * len(loader))
+            with reporter.progress(in_epoch, f"epoch {epoch}/{epochs}") as advance:
                 for batch in loader:
+                    if run.steps_taken >= last_step:
+                        break
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
                     loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
                                           max_grad_norm=config.clip_grad_norm)
@@ -87,7 +101,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                     if run.is_main and recorder.due(run.steps_taken):
                         reporter.step({**recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
                                                          optimizer.param_groups[0].get("lr")),
-                                       "wall_seconds": wall()})
+                                       "wall_seconds": wall(), "memory_bytes": run.memory.current()})
                     checkpoints.after_step(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps,
                                                                       "samples": samples})
             seconds = time.perf_counter() - epoch_start
@@ -109,6 +123,9 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
             **run.describe(),
             "workload": workload.name,
             "epochs": epochs,
+            "optimizer_steps": run.steps_taken // run.strategy.grad_accum,
+            **({"auto_choice": config.auto_choice} if config.auto_choice else {}),
+            "max_steps": config.max_steps,
             "batch_size_per_process": config.batch_size,
             "global_batch_size": global_batch,
             "lr": lr,
@@ -131,6 +148,46 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
         return summary
 
 
+def build_model(run, workload, meta_init: str):
+    """The workload's model: on the meta device where the run shards it (no process holds it
+    whole: each materialises its own share at setup) and the model's own code can initialise
+    it there, else whole. `meta_init`: auto, always or never."""
+    if meta_init == "never" or (meta_init == "auto" and not run.topology.shards_state):
+        return workload.build_model()
+    with run.meta_device():
+        model = workload.build_model()
+    if meta_init == "auto" and uninitialisable(model):
+        return workload.build_model()  # an ordinary build draws the same numbers: none were drawn on meta
+    return model
+
+
+@contextlib.contextmanager
+def fits_in_memory(run):
+    """The model not fitting this process's memory, in one line with what would make it fit."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "can't allocate memory" not in str(exc) and "out of memory" not in str(exc).lower():
+            raise
+        raise UsageError(f"the model does not fit this process's memory ({str(exc).splitlines()[0].strip()}); shard it "
+                         f"over more processes ({arg('strategy', 'fsdp')} with a larger {arg('nproc_per_node')}), "
+                         f"checkpoint activations ({arg('activation_checkpointing', 'full')}), or see what fits with "
+                         f"`scaletrain plan --device-memory-gb`") from None
+
+
+def training_length(config: TrainConfig, default_epochs: int, steps_per_epoch: int, grad_accum: int) -> tuple[int, int]:
+    """(epochs, training steps in all): --epochs (or the workload's), cut short by --max-steps
+    optimizer steps of `grad_accum` micro-steps each; --max-steps alone takes as many epochs
+    as it needs."""
+    if config.max_steps is None:
+        epochs = config.epochs or default_epochs
+        return epochs, epochs * steps_per_epoch
+    steps = config.max_steps * grad_accum
+    needed = max(1, math.ceil(steps / max(1, steps_per_epoch)))
+    epochs = min(config.epochs, needed) if config.epochs else needed
+    return epochs, min(steps, epochs * steps_per_epoch)
+
+
 def _rank_has_loss(run) -> bool:
     """Whether this process computes the loss itself (a pipeline's first stage does not)."""
-    return run.strategy.holds_outputs(run.ctx)
+    return run.topology.holds_outputs

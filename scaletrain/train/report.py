@@ -172,6 +172,7 @@ class Reporter:
             ("held-out samples", summary["eval_samples"]),
             ("samples/s", f"{summary['samples_per_second']:,.0f}"),
             ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
+            *([("peak memory / process", _peak_memory(summary))] if summary.get("peak_memory_bytes") else []),
             ("wall time", f"{summary['wall_seconds']:.1f} s from the command"),
             ("written", str(self.out / SUMMARY_FILE)),
         ]
@@ -179,6 +180,14 @@ class Reporter:
             table.add_row(key, str(value))
         self.console.print(table)
         self.console.file.flush()
+
+
+def _peak_memory(summary: dict) -> str:
+    """'412 MB (baseline 318 MB), the largest of 2 processes' for the summary table."""
+    peaks, bases = summary["peak_memory_bytes"], summary.get("baseline_memory_bytes") or []
+    worst = max(range(len(peaks)), key=lambda r: peaks[r])
+    base = f" (baseline {bases[worst] / 1e6:,.0f} MB)" if worst < len(bases) else ""
+    return f"{peaks[worst] / 1e6:,.0f} MB{base}" + (f", the largest of {len(peaks)} processes" if len(peaks) > 1 else "")
 
 
 def strict_json(record: dict) -> dict:

@@ -1,7 +1,8 @@
 """A small GPT-style byte-level language model, written as an `nn.Sequential` of blocks
 (embedding, transformer blocks, head) so that every strategy can take it: ddp and fsdp as
 any model (fsdp shards block by block), mp and pipeline by cutting the sequence between
-blocks (what passes between stages is one activation tensor)."""
+blocks (what passes between stages is one activation tensor), tensor parallel by its
+blocks' `tp_plan` (attention heads and MLP hidden units split across processes)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ class Embedding(nn.Module):
     def __init__(self, width: int, context: int = CONTEXT):
         super().__init__()
         self.tokens = nn.Embedding(VOCAB, width)
-        self.positions = nn.Parameter(torch.zeros(context, width))
+        self.positions = nn.Parameter(torch.empty(context, width))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Its own parameter (the token table initialises itself): what a model built on the
+        meta device runs again once its memory exists."""
         nn.init.normal_(self.positions, std=0.02)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -26,20 +32,27 @@ class Embedding(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm causal self-attention and MLP, each added to the residual stream."""
+    """Pre-norm causal self-attention and MLP, each added to the residual stream.
+
+    The qkv projection's outputs are grouped by head ([q k v] of head 0, then of head 1, ...)
+    so that tensor parallel's column split gives each process whole heads: the forward
+    counts the heads it finds (all of them, or its share) instead of assuming them."""
+
+    #: Tensor parallel: heads and hidden units split by columns, the projections back by rows.
+    tp_plan = {"qkv": "colwise", "proj": "rowwise", "mlp.0": "colwise", "mlp.2": "rowwise"}
 
     def __init__(self, width: int, heads: int):
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_width = heads, width // heads
         self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, -1, 3, self.head_width).permute(3, 0, 2, 1, 4)
         attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, c))
+        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, -1))
         return x + self.mlp(self.norm2(x))
 
 
@@ -56,6 +69,8 @@ def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4) -> nn.Sequential:
     return nn.Sequential(Embedding(width), *[Block(width, heads) for _ in range(layers)], Head(width))
 
 
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over every position (logits (B, T, V), targets (B, T))."""
+def lm_loss(output, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every position (logits (B, T, V), or a model output holding them as
+    `.logits`, as a Hugging Face causal LM returns; targets (B, T))."""
+    logits = getattr(output, "logits", output)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device))

@@ -43,6 +43,10 @@ class Task:
             return None
 
         def loss(output, *targets):
+            # A Hugging Face model's output holds its logits: the language-model loss takes them.
+            logits = getattr(output, "logits", None) if self.name == "lm" else None
+            if isinstance(logits, torch.Tensor):
+                output = logits
             if not isinstance(output, torch.Tensor):
                 raise UsageError(f"--task {self.name} needs the model to return {self.wants}, but it returned a "
                                  f"{type(output).__name__}; for a model that computes its own loss use --task own")

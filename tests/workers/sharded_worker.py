@@ -30,7 +30,7 @@ from torch import nn
 
 import scaletrain
 from scaletrain.checkpoint import load_state, resolve_source
-from scaletrain.strategies.model_state import full_state
+from scaletrain.parallel.model_state import full_state
 
 
 def model(width: int) -> nn.Sequential:

@@ -41,21 +41,22 @@ def optimizer_for(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
 
 
-def reference() -> dict:
-    """Parameters, last loss and held-out metrics after STEPS steps in one plain process."""
-    model = tiny_model()
+def reference(device: str | torch.device = "cpu") -> dict:
+    """Parameters (on the CPU), last loss and held-out metrics after STEPS steps in one plain
+    process on `device`."""
+    model = tiny_model().to(device)
     opt = optimizer_for(model)
     for inputs, targets in batches():
         opt.zero_grad()
-        loss = F.cross_entropy(model(inputs), targets)
+        loss = F.cross_entropy(model(inputs.to(device)), targets.to(device))
         loss.backward()
         opt.step()
     with torch.no_grad():
-        x, y = held_out().tensors
+        x, y = (t.to(device) for t in held_out().tensors)
         logits = model(x)
         evaluation = {"loss": F.cross_entropy(logits, y).item(),
                       "accuracy": (logits.argmax(1) == y).float().mean().item()}
-    return {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
+    return {"params": {n: p.detach().cpu().clone() for n, p in model.named_parameters()},
             "loss": loss.item(), "eval": evaluation}
 
 

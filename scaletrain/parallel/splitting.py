@@ -1,10 +1,11 @@
 """Splitting a model into consecutive parts: the one place where mp, hybrid and pipeline
 decide which blocks go together.
 
-A model can be split when it is an `nn.Sequential` (the built-in models are Sequentials of
-named blocks: conv1, conv2, fc1, fc2): its top-level children run one after another, so any
-cut between two of them is a valid cut. Parts keep the blocks' own names, so a part's
-`named_parameters()` are the whole model's names ("fc1.1.weight"), whatever the split.
+A model can be split when it has a view as consecutive units (stage_units: an
+`nn.Sequential`'s top-level blocks, or a Llama-style Hugging Face decoder's embeddings,
+layers and head): any cut between two units is a valid cut. Parts keep the units' own
+names, so a part's `named_parameters()` are the whole model's names ("fc1.1.weight",
+"model.layers.3.mlp.up_proj.weight"), whatever the split.
 
 Two ways to choose the cuts:
 - automatically, balancing the parameter count of the parts (the contiguous partition whose
@@ -14,21 +15,12 @@ Two ways to choose the cuts:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Optional, Sequence
 
 from torch import nn
 
 from ..errors import UsageError, arg
-
-
-def blocks_of(model: nn.Module, what: str) -> list[tuple[str, nn.Module]]:
-    """The model's top-level blocks in execution order; UsageError when that order is unknown."""
-    if not isinstance(model, nn.Sequential):
-        raise UsageError(f"{what} splits models that are torch.nn.Sequential (blocks that run one after another), "
-                         f"but got {type(model).__name__}, whose forward may do anything between its blocks; "
-                         f"give it an nn.Sequential of blocks, or use strategy ddp or fsdp, which take any model")
-    return list(model.named_children())
+from .stage_units import stage_module, units_of
 
 
 def parse_split_points(text: Optional[str | Sequence[str]]) -> Optional[tuple[str, ...]]:
@@ -66,11 +58,11 @@ def balanced_cuts(weights: Sequence[int], parts: int) -> list[int]:
     return starts[::-1]
 
 
-def plan_split(model: nn.Module, parts: Optional[int], split_points: Optional[Sequence[str]],
+def cut_blocks(model: nn.Module, parts: Optional[int], split_points: Optional[Sequence[str]],
                what: str, parts_option: str) -> list[list[str]]:
     """Block names of each part. `parts` None: as many as the split points make."""
-    blocks = blocks_of(model, what)
-    names = [name for name, _ in blocks]
+    units = units_of(model, what)
+    names = [unit.name for unit in units]
     if split_points:
         unknown = [p for p in split_points if p not in names]
         if unknown:
@@ -91,22 +83,22 @@ def plan_split(model: nn.Module, parts: Optional[int], split_points: Optional[Se
                              f"({', '.join(names)}) to split; use {arg(parts_option, len(names))} or fewer")
         # +1 per block: among equally heavy splits, prefer ones that spread parameter-free
         # blocks (activations, pooling) instead of piling them onto one part.
-        weights = [sum(p.numel() for p in block.parameters()) + 1 for _, block in blocks]
+        weights = [unit.parameter_count() + 1 for unit in units]
         starts = balanced_cuts(weights, parts)
     ends = [*starts[1:], len(names)]
     return [names[s:e] for s, e in zip(starts, ends)]
 
 
-def split_model(model: nn.Module, plan: list[list[str]]) -> list[nn.Sequential]:
-    """The parts as Sequentials that share (not copy) the model's blocks, under their names."""
-    blocks = dict(model.named_children())
-    return [nn.Sequential(OrderedDict((name, blocks[name]) for name in part)) for part in plan]
+def split_model(model: nn.Module, cut: list[list[str]], what: str = "this strategy") -> list[nn.Module]:
+    """The parts as modules that share (not copy) the model's units, under their names."""
+    units = {unit.name: unit for unit in units_of(model, what)}
+    return [stage_module([units[name] for name in part]) for part in cut]
 
 
 def parameter_counts(parts: Sequence[nn.Module]) -> list[int]:
     return [sum(p.numel() for p in part.parameters()) for part in parts]
 
 
-def describe_plan(plan: list[list[str]], params: Sequence[int]) -> str:
+def describe_cut(cut: list[list[str]], params: Sequence[int]) -> str:
     """'conv1+conv2 (19k params) | fc1+fc2 (133k params)' for progress output."""
-    return " | ".join(f"{'+'.join(part)} ({count / 1000:,.0f}k params)" for part, count in zip(plan, params))
+    return " | ".join(f"{'+'.join(part)} ({count / 1000:,.0f}k params)" for part, count in zip(cut, params))

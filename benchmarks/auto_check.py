@@ -1,0 +1,121 @@
+"""`--strategy auto`'s choice against an exhaustive search of the same candidates.
+
+    flock /tmp/scaletrain-bench.lock python benchmarks/auto_check.py [--workloads ...] [--worlds 2,4]
+
+For each scenario — a workload × a world size × a memory budget — `scaletrain plan --choose`
+picks a configuration (its time is the decision's cost), and every candidate it considered is
+then trained for real (`scaletrain train --max-steps`) and timed: the steady samples/s of its
+later step records, and its measured peak memory. The exhaustive search's answer is the
+fastest candidate whose measured peak fits the budget; auto is right when its choice is within
+10% of that. Prints a Markdown table (also to --out) and the times of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+WORKLOADS = {"synthetic-cnn": [], "synthetic-mlp": [], "stdlib-gpt": ["--batch-size", "64"]}
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], cwd=HERE, capture_output=True, text=True,
+                          timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"scaletrain {' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def choose(workload: str, world: int, budget_gb: float | None, out: Path) -> tuple[dict, float]:
+    started = time.perf_counter()
+    argv = ["plan", "--choose", "--workload", workload, *WORKLOADS[workload], "--world-sizes", str(world),
+            "--nproc-per-node", str(world), "--probe-rounds", "2", "--steps", "10", "--warmup", "2",
+            "--min-seconds", "0.5", "--json", "--out", str(out)]
+    if budget_gb:
+        argv += ["--device-memory-gb", f"{budget_gb:.3f}"]
+    _run(argv, timeout=900)
+    return json.loads(out.read_text()), time.perf_counter() - started
+
+
+def measure(workload: str, world: int, strategy: str, options: dict, steps: int, out: Path) -> tuple[float, float, float]:
+    """(steady samples/s, peak memory bytes, seconds the measurement took)."""
+    from scaletrain.bench.spec import option_flags
+
+    started = time.perf_counter()
+    _run(["train", "--workload", workload, *WORKLOADS[workload], "--nproc-per-node", str(world), "--strategy",
+          strategy, *option_flags(options), "--max-steps", str(steps), "--log-every-steps", "5", "--epochs", "50",
+          "--out", str(out)], timeout=900)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["samples_per_second"] for r in records if r.get("kind") == "step" and r["step"] > steps // 3]
+    summary = json.loads((out / "summary.json").read_text())
+    return statistics.median(rates), max(summary["peak_memory_bytes"]), time.perf_counter() - started
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--worlds", default="2,4")
+    p.add_argument("--tight", type=float, default=0.8,
+                   help="the tight budget: this share of the one-process configuration's predicted peak (default 0.8)")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    rows = ["| workload | processes | memory budget | auto chose | its samples/s | fastest measured | its samples/s | "
+            "auto ÷ fastest | decision s | exhaustive s |", "|---|---:|---|---|---:|---|---:|---:|---:|---:|"]
+    right, total, decided, searched = 0, 0, 0.0, 0.0
+    with tempfile.TemporaryDirectory(prefix="scaletrain-auto-") as tmp:
+        for workload in [w for w in args.workloads.split(",") if w]:
+            for world in [int(n) for n in args.worlds.split(",")]:
+                free, free_s = choose(workload, world, None, Path(tmp) / f"{workload}-{world}-free.json")
+                single = max(c["memory_bytes"] for c in [free["chosen"], free.get("runner_up") or free["chosen"]])
+                measured: dict = {}
+                for budget in (None, args.tight * single / 1e9):
+                    doc, seconds = (free, free_s) if budget is None else \
+                        choose(workload, world, budget, Path(tmp) / f"{workload}-{world}-tight.json")
+                    search_s = 0.0
+                    for strategy, options in [(c["strategy"], c["options"]) for c in doc["candidates"]]:
+                        key = (strategy, json.dumps(options, sort_keys=True))
+                        if key not in measured:
+                            folder = Path(tmp) / f"{workload}-{world}-{len(measured)}"
+                            try:
+                                measured[key] = measure(workload, world, strategy, options, args.steps, folder)
+                            except RuntimeError:
+                                measured[key] = (0.0, float("inf"), 0.0)  # could not run: not a candidate
+                        search_s += measured[key][2]
+                    limit = budget * 1e9 if budget else float("inf")
+                    fitting = {k: v for k, v in measured.items() if v[1] <= limit and v[0] > 0}
+                    best_key = max(fitting, key=lambda k: fitting[k][0]) if fitting else None
+                    chose = doc["chosen"]
+                    chose_key = (chose["strategy"], json.dumps(chose["options"], sort_keys=True)) if chose else None
+                    mine = measured.get(chose_key, (0.0,))[0] if chose_key else 0.0
+                    best = fitting[best_key][0] if best_key else 0.0
+                    ratio = mine / best if best else 0.0
+                    total += 1
+                    right += ratio >= 0.9
+                    decided += seconds
+                    searched += search_s
+                    label = lambda k: f"{k[0]} {k[1]}" if k else "—"  # noqa: E731
+                    row = (f"| {workload} | {world} | {'none' if budget is None else f'{budget:.2f} GB'} | "
+                           f"{label(chose_key)} | {mine:,.0f} | {label(best_key)} | {best:,.0f} | {ratio:.2f} | "
+                           f"{seconds:.0f} | {search_s:.0f} |")
+                    rows.append(row)
+                    print(row, flush=True)
+    summary = (f"auto within 10% of the fastest in {right} of {total} scenarios; decisions took {decided:.0f} s "
+               f"against {searched:.0f} s of exhaustive measurement ({decided / max(searched, 1e-9):.0%})")
+    print(summary)
+    if args.out:
+        args.out.write_text("\n".join(rows) + "\n\n" + summary + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""`scaletrain train --strategy auto`: the plan's choice (scaletrain/plan/choose.py) made in the
+command's own process before any rank starts, then trained as if its flags had been given.
+The ranks and the run's config.yaml get the chosen strategy and degrees, never "auto"."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UsageError
+
+#: A choice's measurement: short, since the decision is a small part of a run.
+PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "probe_rounds": 2}
+
+
+def resolve_auto(args: argparse.Namespace, nproc: int) -> list[str]:
+    """Sets `args.strategy` and the chosen options on `args`; returns the lines that say why."""
+    from ..devices import choose_device
+    from ..plan.choose import choose
+    from .plan_cmd import measured_probes, options_from_args
+
+    device = choose_device(None if args.device == "auto" else args.device, 0)
+    world = nproc * (args.nnodes or 1)
+    probe_args = argparse.Namespace(**{**vars(args), **PROBE, "overlap": None, "link_gbps": 10.0,
+                                       "link_latency_us": 20.0, "device_memory_gb": getattr(args, "device_memory_gb",
+                                                                                         None),
+                                       "nproc_per_node": nproc, "microbatches": None, "devices_per_process": None})
+    options = options_from_args(probe_args, device.type)
+    probes = measured_probes(probe_args, args.workload if not args.model else f"{args.workload} + {args.model}",
+                             world, options, device.type,
+                             say=lambda text: print(text, flush=True))
+    choice = choose(probes, world, args.batch_size, options)
+    if choice.chosen is None:
+        raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "
+                         "--batch-size")
+    args.strategy = choice.chosen.strategy
+    for name, value in choice.chosen.options.items():
+        setattr(args, name, value)
+    return choice.lines()

@@ -1,0 +1,171 @@
+"""Choosing a configuration for the user: every candidate of a world size — strategies and
+their compositions × degrees × micro-batches × activation checkpointing — predicted from one
+short measurement (a plan's probe), those that do not fit the memory left out, the fastest
+chosen. The probe is cached per model, batch, world and machine, so a second choice is made
+at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..defaults import WORTH_AT_SPEEDUP
+from .predict import Prediction, predict
+from .probe import Probe, probe_from_dict
+from .scenario import Options
+
+#: The checkpointing modes tried: none, then full (the cheapest change that saves most memory).
+CHECKPOINTING = ("none", "full")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
+    """(strategy, options) for every configuration worth predicting on `world_size` processes."""
+    found: list[tuple[str, dict]] = []
+    if world_size == 1:
+        found.append(("single", {}))
+    found += [("ddp", {}), ("fsdp", {})]
+    for r in _divisors(world_size):
+        if 1 < r < world_size:
+            found.append(("fsdp", {"dp_replicate": r}))  # hybrid sharding
+    if tensor_parallel:
+        for t in _divisors(world_size):
+            if t > 1:
+                found.append(("tp", {"tp": t}))
+                if t < world_size:
+                    found.append(("fsdp", {"tp": t}))
+    for p in _divisors(world_size):
+        if 1 < p <= blocks:
+            for m in sorted({p, 2 * p, 4 * p}):
+                if batch_size % m == 0:
+                    found.append(("pipeline", {"pp": p, "microbatches": m}))
+                    if p < world_size:
+                        found.append(("pipeline", {"pp": p, "microbatches": m, "dp_shard": world_size // p}))
+    return [(name, {**options, **({"activation_checkpointing": mode} if mode != "none" else {})})
+            for name, options in found for mode in CHECKPOINTING]
+
+
+@dataclass
+class Choice:
+    chosen: Optional[Prediction]
+    runner_up: Optional[Prediction]
+    rejected_for_memory: list = field(default_factory=list)
+    considered: int = 0
+    candidates: list = field(default_factory=list)
+    """Every prediction made (fitting or not), fastest first: what an exhaustive search would measure."""
+    speedup_interval: Optional[tuple] = None
+
+    def flags(self) -> list[str]:
+        """The chosen configuration as `scaletrain train` flags."""
+        from ..bench.spec import option_flags
+
+        if self.chosen is None:
+            return []
+        return ["--strategy", self.chosen.strategy, *option_flags(self.chosen.options)]
+
+    def label(self, p: Optional[Prediction] = None) -> str:
+        p = p or self.chosen
+        if p is None:
+            return "nothing"
+        extras = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in p.options.items())
+        return f"{p.strategy} ×{p.world_size}" + (f" ({extras})" if extras else "")
+
+    def lines(self) -> list[str]:
+        """Two lines: what was chosen and why; what came next and what did not fit."""
+        if self.chosen is None:
+            return [f"No configuration of the {self.considered} considered fits the memory: "
+                    + "; ".join(self.rejected_for_memory[:3])]
+        c = self.chosen
+        interval = (f" (95% interval {self.speedup_interval[0]:.2f}–{self.speedup_interval[1]:.2f}×)"
+                    if self.speedup_interval else "")
+        first = (f"Chosen: {self.label()}: {c.speedup:.2f}× one process predicted{interval}, "
+                 f"{c.samples_per_s:,.0f} samples/s, {c.memory_bytes / 1e6:,.0f} MB per process; the fastest of "
+                 f"{self.considered} configurations predicted.")
+        if c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
+            first += (f" Below the {WORTH_AT_SPEEDUP:g}× that pays: one process (--nproc-per-node 1) would do about as "
+                      f"well.")
+        second = (f"Runner-up: {self.label(self.runner_up)}, {self.runner_up.speedup:.2f}×"
+                  if self.runner_up else "Runner-up: none")
+        if self.rejected_for_memory:
+            second += (f"; left out for memory: {len(self.rejected_for_memory)} "
+                       f"({', '.join(self.rejected_for_memory[:3])}{' …' if len(self.rejected_for_memory) > 3 else ''})")
+        return [first, second + "."]
+
+
+def choose(probes: list[Probe], world_size: int, batch_size: int, options: Options) -> Choice:
+    """The fastest configuration that fits, by the median prediction over the probes' rounds."""
+    probe = probes[0]
+    fp = probe.footprint
+    tensor_parallel = bool(fp.block_tp_param_bytes)
+    found = candidates(world_size, batch_size, len(fp.block_param_bytes), tensor_parallel)
+    predicted: list[tuple[Prediction, list[float]]] = []
+    rejected, every = [], []
+    for name, chosen_options in found:
+        rounds = [p for p in (predict(pr, name, world_size, options, chosen_options) for pr in probes) if p]
+        if not rounds:
+            continue
+        middle = sorted(rounds, key=lambda p: p.samples_per_s)[len(rounds) // 2]
+        every.append(middle)
+        if not middle.fits:
+            rejected.append(f"{name} {_short(chosen_options)} needs {middle.memory_bytes / 1e6:,.0f} MB".strip())
+            continue
+        predicted.append((middle, [p.speedup for p in rounds]))
+    predicted.sort(key=lambda item: item[0].samples_per_s, reverse=True)
+    choice = Choice(predicted[0][0] if predicted else None, predicted[1][0] if len(predicted) > 1 else None,
+                    rejected, len(found), sorted(every, key=lambda p: p.samples_per_s, reverse=True))
+    if predicted and len(predicted[0][1]) >= 2:
+        speedups = predicted[0][1]
+        choice.speedup_interval = (min(speedups), max(speedups)) if len(speedups) < 3 else \
+            (statistics.quantiles(speedups, n=40)[0], statistics.quantiles(speedups, n=40)[-1])
+    return choice
+
+
+def _short(options: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in options.items())
+
+
+# -- the cache of probes ----------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "scaletrain" / "probes"
+
+
+def cache_key(spec: dict, world_size: int, nproc_per_node: int, device_type: str, cores: int) -> str:
+    """The model (workload, factories), batch, world and machine a probe is valid for."""
+    import torch
+
+    from ..version import __version__
+
+    facts = {k: spec.get(k) for k in ("workload", "model", "dataset", "batch_size", "seed", "device", "backend")}
+    facts.update(world_size=world_size, nproc_per_node=nproc_per_node, device_type=device_type, cores=cores,
+                 host=platform.node(), torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd())
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def cached_probes(key: str) -> Optional[list[Probe]]:
+    path = cache_dir() / f"{key}.json"
+    try:
+        return [probe_from_dict(doc) for doc in json.loads(path.read_text())["probes"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store_probes(key: str, probes: list[Probe]) -> None:
+    from ..files import write_json_atomic
+
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        write_json_atomic(cache_dir() / f"{key}.json", {"probes": [p.as_dict() for p in probes]})
+    except OSError:
+        pass  # a cache that cannot be written only costs the next run its measurement

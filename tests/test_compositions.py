@@ -1,0 +1,83 @@
+"""Parallelisms composed on one device mesh, on the built-in byte-level GPT and a Hugging Face
+Llama built from a config: tensor parallel × 2, FSDP × TP 2 × 2, HSDP 2 × 2, pipeline × FSDP
+2 × 2 and pipeline × FSDP × TP 2 × 2 × 2 (8 processes) each end within 1e-5 of one process
+on the same global batches after 3 optimizer steps — built whole, and built on the meta device
+and materialised as each process's share, which starts from exactly an ordinary build's
+weights. A 2-D run's checkpoint resumes under
+ddp, one process and a 3-D layout with exactly the state it saved; under fp16, pipeline
+stages skip the same steps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from scaletrain.checkpoint import load_state
+from tests.helpers import REPO, torchrun
+
+WORKERS = REPO / "tests" / "workers"
+ATOL = 1e-5
+
+
+def results(nproc: int) -> list[dict]:
+    done = torchrun(WORKERS / "composition_equivalence.py", nproc=nproc, timeout=280)
+    assert done.returncode == 0, f"worker failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+    return [json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+
+
+@pytest.mark.timeout(600)
+def test_every_composition_matches_one_process():
+    found = [r for n in (2, 4, 8) for r in results(n)]
+    meshes = {(r["mesh"], r["model"]) for r in found}
+    for mesh in ("tp 2", "dp_shard 2 × tp 2", "dp_replicate 2 × dp_shard 2", "pp 2 × dp_shard 2",
+                 "pp 2 × dp_shard 2 × tp 2"):
+        assert {(mesh, "stdlib-gpt"), (mesh, "llama")} <= meshes, (mesh, meshes)
+    assert {r["meta_init"] for r in found} == {False, True}
+    for r in found:
+        assert r["param_diff"] < ATOL and r["loss_diff"] < ATOL, r
+        assert r["covered"] == r["parameters"], r  # every parameter is held by some process
+        # Built whole or on the meta device, every process starts from an ordinary build's weights, exactly.
+        assert r["same_start"], r
+
+
+def _tensors(folder):
+    state = load_state(sorted(folder.glob("step-*"))[-1] / "state.pt")
+    return {**{f"model.{k}": v for k, v in state["model"].items()},
+            **{f"optimizer.{k}": v for k, v in state["optimizer"].items() if isinstance(v, torch.Tensor)}}
+
+
+def assert_equal_states(a, b, what):
+    first, second = _tensors(a), _tensors(b)
+    assert first.keys() == second.keys() and first, what
+    for key, value in first.items():
+        assert torch.equal(value, second[key]), f"{what}: {key} differs"
+
+
+@pytest.mark.timeout(900)
+def test_a_2d_checkpoint_resumes_under_ddp_single_and_3d(tmp_path):
+    worker = WORKERS / "composition_resume.py"
+    torchrun(worker, "2d", "first", str(tmp_path), nproc=4, timeout=200, check=True)
+    for layout, nproc in (("2d", 4), ("ddp", 2), ("single", 1), ("3d", 8)):
+        torchrun(worker, layout, "second", str(tmp_path), nproc=nproc, timeout=300, check=True)
+    torchrun(worker, "3d", "third", str(tmp_path), nproc=8, timeout=300, check=True)
+    saved = tmp_path / "2d" / "at-save"
+    for kind in ("full", "sharded"):
+        for layout in ("2d", "ddp", "single", "3d"):
+            assert_equal_states(saved, tmp_path / layout / kind / "loaded", f"{kind} checkpoint loaded by {layout}")
+        # Resumed in the same layout: the end of the uninterrupted run, exactly.
+        assert_equal_states(tmp_path / "2d" / "uninterrupted", tmp_path / "2d" / kind / "final", f"2d via {kind}")
+        assert_equal_states(tmp_path / "3d" / kind / "final", tmp_path / "3d" / kind / "again", f"3d via {kind}")
+
+
+@pytest.mark.timeout(300)
+def test_fp16_pipeline_stages_skip_the_same_steps():
+    done = torchrun(WORKERS / "pipeline_overflow.py", nproc=2, timeout=240, check=True)
+    reports = [json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines() if line.startswith("STAGE ")]
+    assert len(reports) == 2, done.stdout
+    by_stage = {r["stage"]: r for r in reports}
+    assert by_stage[0]["overflowed_here"] and not by_stage[1]["overflowed_here"]  # one stage overflowed alone
+    for r in reports:
+        assert r["skipped"] == [2], r  # ... and both skipped that step, and only that one
+    assert by_stage[0]["scales"] == by_stage[1]["scales"]

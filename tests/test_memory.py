@@ -1,0 +1,113 @@
+"""Models larger than one process: activation checkpointing leaves losses and gradients as they
+were; a meta-device build that nothing could initialise, CPU offload on a CPU and mistaken
+checkpointing options are refused in one line; the plan's memory parts add up."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import scaletrain
+from scaletrain.cli import main
+from scaletrain.errors import UsageError
+from tests.workers.composition_reference import batches, gpt, loss_fn, optimizer_for
+
+MODES = [{}, {"activation_checkpointing": "full"}, {"activation_checkpointing": "selective"},
+         {"activation_checkpointing": "selective", "ac_every": 2}]
+
+
+def _train(options: dict) -> tuple[list[float], dict, dict]:
+    with scaletrain.init("single", environ={}, **options) as run:
+        model = gpt()
+        model, opt = run.setup(model, optimizer_for(model))
+        losses = [run.train_step(model, opt, x, y, loss_fn=loss_fn).item() for x, y in batches()]
+        return losses, {n: p.detach().clone() for n, p in run.unwrap(model).named_parameters()}, run.describe()
+
+
+def test_activation_checkpointing_changes_no_loss_and_no_gradient():
+    reference, params, _ = _train({})
+    for options in MODES[1:]:
+        losses, mine, facts = _train(options)
+        assert losses == pytest.approx(reference, abs=1e-6), options
+        assert all(torch.allclose(mine[n], params[n], atol=1e-6) for n in params), options
+        chosen = facts["activation_checkpointing"]
+        assert chosen["mode"] == options["activation_checkpointing"]
+        # every block (the embedding, 2 transformer blocks, the head), or every second one
+        assert len(chosen["blocks"]) == (2 if options.get("ac_every") else 4), chosen
+
+
+class NoInit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(4))  # set in __init__, with no reset_parameters()
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def test_a_meta_build_nothing_can_initialise_is_refused():
+    with scaletrain.init("single", environ={}) as run:
+        with run.meta_device():
+            model = nn.Sequential(nn.Linear(4, 4), NoInit())
+        with pytest.raises(UsageError, match="has tensors of its own and no reset_parameters"):
+            run.setup(model)
+        with run.meta_device():
+            model = nn.Sequential(nn.Linear(4, 4), NoInit())
+        prepared = run.setup(model, init_fn=lambda m: m.scale.fill_(2.0) if isinstance(m, NoInit) else None)
+        assert torch.equal(run.unwrap(prepared)[1].scale, torch.full((4,), 2.0))
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--strategy", "fsdp", "--offload"], "--offload moves FSDP's parameters"),
+    (["--ac-every", "2"], "--ac-every 2 chooses blocks for --activation-checkpointing selective"),
+    (["--strategy", "fsdp", "--reshard-after-forward", "sometimes"], "--reshard-after-forward"),
+    (["--strategy", "fsdp", "--nproc-per-node", "2", "--reshard-after-forward", "3"], "must divide dp_shard"),
+])
+def test_memory_options_refused_in_one_line(flags, words, tmp_path, capsys):
+    out = tmp_path / "run"
+    try:
+        code = main(["train", *flags, "--device", "cpu", "--out", str(out)])
+    except SystemExit as exc:  # a value its flag cannot read: argparse's own one line
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert not out.exists()
+
+
+def test_plan_memory_counts_shares_checkpointing_and_fsdp_gathers():
+    """The parts of a predicted peak, from a hand-made probe: fsdp holds half the states of ddp
+    plus its gathered blocks; checkpointing lowers activations; resharding off keeps more."""
+    from tests.test_measure_cost_models import probe as hand_probe
+
+    from scaletrain.plan.configuration import configuration
+    from scaletrain.plan.memory_model import in_use, peak_bytes
+
+    from dataclasses import replace
+
+    p = hand_probe()
+    fp = replace(p.footprint, block_activation_bytes_per_sample=(100.0, 300.0, 400.0, 200.0),
+                 checkpointed_activation_bytes_per_sample={"full": 250.0, "selective": 600.0},
+                 largest_tensor_bytes=4_000_000)
+    p = replace(p, footprint=fp, memory_constant_bytes=300e6)
+    ddp, fsdp = configuration("ddp", 2), configuration("fsdp", 2)
+    units = [0, 1, 2, 3]
+    assert in_use(p, ddp, units, 1.0, 1.0, 4e6)["optimizer_state"] == pytest.approx(16e6)
+    assert in_use(p, fsdp, units, 1.0, 1.0, 4e6)["optimizer_state"] == pytest.approx(8e6)
+    assert in_use(p, fsdp, units, 1.0, 1.0, 4e6)["transient"] == pytest.approx(4.5 * 4e6)
+    full = configuration("ddp", 2, {"activation_checkpointing": "full"})
+    assert in_use(p, full, units, 1.0, 1.0, 4e6)["activations"] == pytest.approx((250 + 1.5 * 400) * 32)
+    assert in_use(p, ddp, units, 1.0, 1.0, 4e6)["activations"] == pytest.approx(1000 * 32)
+    keep = configuration("fsdp", 2, {"reshard_after_forward": False})
+    assert peak_bytes(p, keep) > peak_bytes(p, fsdp)
+
+
+def test_library_auto_shards_only_what_does_not_fit():
+    from scaletrain.strategies.auto import data_parallel_for
+
+    assert data_parallel_for(100, 200, 4) == "ddp" and data_parallel_for(300, 200, 4) == "fsdp"
+    assert data_parallel_for(300, 200, 1) == "ddp"  # one process: nothing to shard over
+    with scaletrain.init("auto", environ={}) as run:
+        model = run.setup(nn.Linear(4, 2))
+        assert run.describe()["strategy"] == "auto" and run.describe()["mesh"] == "1 process"
+        assert run.unwrap(model).weight.shape == (2, 4)

@@ -1,0 +1,61 @@
+"""Run under torchrun: every composition whose world size is this job's, on both reference
+models, built whole and built on the meta device, each compared with one process
+(composition_reference). Rank 0 prints one `RESULT {json}` line per configuration, model and
+build (the worst difference over ranks, whether every process started from the weights of an
+ordinary build, and how many of the model's parameters some process held)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scaletrain  # noqa: E402
+from composition_reference import MODELS, compare, reference, train_with  # noqa: E402
+
+CONFIGS = {
+    2: [("tp", {})],                                              # tp × 2
+    4: [("fsdp", {"tp": 2}),                                      # FSDP × TP, 2 × 2
+        ("fsdp", {"dp_replicate": 2}),                            # HSDP, 2 replicas × 2 shards
+        ("pipeline", {"pp": 2, "dp_shard": 2})],                  # pipeline × FSDP, 2 × 2
+    8: [("pipeline", {"pp": 2, "dp_shard": 2, "tp": 2})],         # pipeline × FSDP × TP, 2 × 2 × 2
+}
+
+
+def worst(value: float) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def main() -> None:
+    dist.init_process_group("gloo")  # shared by every scaletrain.init below (they do not own it)
+    refs = {name: reference(name) for name in MODELS}
+    for strategy, options in CONFIGS[dist.get_world_size()]:
+        for name in MODELS:
+            for meta in (False, True):
+                # Every collective inside the run: its close() gives Gloo's threads the moment
+                # they need before the group goes (a collective right before
+                # destroy_process_group can abort the process at exit, with torch 2.13's Gloo).
+                with scaletrain.init(strategy=strategy, **options) as run:
+                    model, loss, same_start = train_with(run, name, meta)
+                    result = compare(run, model, loss, refs[name])
+                    mesh = run.describe()["mesh"]
+                    every = [None] * dist.get_world_size()
+                    dist.all_gather_object(every, result.pop("names"))
+                    result = {k: worst(v) for k, v in result.items()}
+                    result["same_start"] = worst(0.0 if same_start else 1.0) == 0.0
+                result["covered"] = len(set().union(*every))
+                result["parameters"] = len(refs[name]["params"])
+                if dist.get_rank() == 0:
+                    print("RESULT " + json.dumps({"strategy": strategy, "options": options, "model": name, "mesh": mesh,
+                                                  "meta_init": meta, **result}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
