@@ -16,7 +16,7 @@ import sys
 from typing import Optional
 
 from ..errors import UsageError
-from ..launchers.interrupts import Stopped, signal_name, stop_signals
+from ..launchers.interrupts import Deferred, Stopped, sigint_as_python, signal_name, stop_signals
 from ..version import __version__
 from .parsing import OneLineParser, fail, flag_names
 
@@ -69,13 +69,22 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     rank = _launched()
     argv = list(sys.argv[1:] if argv is None else argv)
+    name = chosen_command(argv)
     try:
-        with stop_signals() if not rank else contextlib.nullcontext():
-            if chosen_command(argv) == "train" and not rank:
+        # Ctrl-C, SIGTERM and SIGHUP wait for torch's import to end (see Deferred), then stop
+        # the command; any time after, they stop it at once.
+        with Deferred() if not rank else contextlib.nullcontext():
+            if name == "train" and not rank:
                 from .train_warm_up import ranks_to_warm
 
                 warm.warm_up(ranks_to_warm(argv))  # its ranks import torch while this process does
-            return _run(argv)
+            if name in NEED_TORCH:
+                import torch  # noqa: F401
+            parser = build_parser(name if name in COMMANDS else "")
+        if rank:
+            sigint_as_python()
+        with stop_signals() if not rank else contextlib.nullcontext():
+            return _run(parser, argv)
     except KeyboardInterrupt:
         return _stopped(Stopped(signal.SIGINT), rank)
     except Stopped as exc:
@@ -84,13 +93,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         warm.discard()
 
 
-def _run(argv: list[str]) -> int:
-    name = chosen_command(argv)
-    if name in ("launch", "train"):
+#: Commands that import torch: before their flags are read, so that the import happens
+#: where a signal cannot break it.
+NEED_TORCH = frozenset({"train", "bench", "plan", "comm"})
+
+
+def _run(parser: OneLineParser, argv: list[str]) -> int:
+    if chosen_command(argv) in ("launch", "train"):
         from .launch_options import glue_launcher_args
 
         argv = glue_launcher_args(argv)
-    parser = build_parser(name if name in COMMANDS else "")
     args = parser.parse_args(argv)
     args.argv = argv
     try:

@@ -52,9 +52,12 @@ def said_by_this_rank(exc: UsageError, rank: int) -> bool:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from ..environment import detect
+    from ..launchers.interrupts import sigint_as_python
+    from ..train import loop  # noqa: F401 - torch and the trainer, before Ctrl-C may raise again
     from ..train.config import TrainConfig
     from .fault_options import resume_after_agent_restart
 
+    sigint_as_python()
     settings = json.loads((sys.argv[1:] if argv is None else argv)[0])
     config = TrainConfig(**settings["config"])
     config.resume = resume_after_agent_restart(config.resume, config.checkpoint_every, os.environ)

@@ -71,6 +71,40 @@ def stop_signals():
             signal.signal(s, handler)
 
 
+def sigint_as_python() -> None:
+    """Ctrl-C raises KeyboardInterrupt again (Python's own handler), unless it is ignored. For
+    scaletrain's ranks once their imports are done: until then the rank runner ends them on
+    Ctrl-C at once, since an exception raised inside torch's import can break it."""
+    if _main_thread() and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.default_int_handler):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class Deferred:
+    """A context manager: while inside it, SIGINT, SIGTERM and SIGHUP are only noted, and the
+    first one noted raises Stopped on leaving. For imports of torch and NumPy: an exception
+    raised in the middle of one leaves a module half-initialised, after which the program
+    may go on as if nothing had happened, or fail with an ImportError of its own."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self._previous: dict = {}
+
+    def _note(self, signum: int, _frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def __enter__(self) -> "Deferred":
+        if _main_thread():
+            self._previous = {s: signal.signal(s, self._note) for s in _handled_here()}
+        return self
+
+    def __exit__(self, exc_type, *_exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        if self.signum is not None and exc_type is None:
+            raise Stopped(self.signum)
+
+
 class Interrupts:
     """A context manager: while inside it, SIGINT, SIGTERM and SIGHUP call `on_signal`
     callbacks (to stop the ranks) instead of raising or killing this process. `announce`:

@@ -143,8 +143,11 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")
         note_sigterm(os.environ.get(ERROR_DIR_VAR), rank)
         parent = ParentWatch(rank).start()
-        if signal.getsignal(signal.SIGINT) is _end_quietly:
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # the program's Ctrl-C, as Python gives it
+        if signal.getsignal(signal.SIGINT) is _end_quietly and not explains_usage_errors:
+            # A user's program gets Ctrl-C as Python gives it; scaletrain's own commands keep
+            # ending at once until their imports are done (interrupts.sigint_as_python): a
+            # KeyboardInterrupt raised inside torch's import can break it.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         watch = JoinWatch(env, join_timeout, lambda message: exit_after(
             message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None, EXIT_PEER_MISSING))).start()
         TeardownGuard(lambda: mark(os.environ.get(ERROR_DIR_VAR), env.rank, "teardown")).start()
