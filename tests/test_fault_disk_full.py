@@ -28,7 +28,8 @@ def small_disk(tmp_path):
 
 def test_a_full_disk_during_a_checkpoint_is_one_line_and_not_retried(small_disk: Path):
     out = small_disk / "run"
-    done = scaletrain("train", "--strategy", "single", "--workload", "synthetic-mlp", "--epochs", "1",
+    # Two ranks: both learn of the failed save (rank 0 broadcasts it); the line is shown once.
+    done = scaletrain("train", "--nproc-per-node", "2", "--workload", "synthetic-mlp", "--epochs", "1",
                       "--checkpoint-every", "2", "--max-restarts", "2", "--out", str(out), timeout=240)
     errors = [line for line in done.stderr.splitlines() if line.startswith("scaletrain: error:")]
     assert done.returncode == 2, done.stderr[-3000:]
