@@ -119,6 +119,9 @@ class Run(RunCollectives):
         first, then each process materialises and initialises only its own share, with the
         weights an ordinary build would have had (each module's `reset_parameters`, a Hugging
         Face model's `_init_weights`; or `init_fn(module)`, called on every module)."""
+        if any(model is p.model or model is p.module for p in self._prepared.values()):
+            raise UsageError("run.setup was already called on this model: call it once per model and keep using "
+                             "what it returned (model, optimizer = run.setup(model, optimizer))")
         prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
         self.scaler.sharded = self.topology.gradients_differ  # a strategy may settle its dimensions here (auto)
         self._prepared[id(prepared.model)] = prepared
@@ -155,9 +158,11 @@ class Run(RunCollectives):
         finally:
             hook.remove()
 
-    def prepared(self, model: nn.Module) -> Prepared:
-        """The strategy's per-run state for a model that `setup` returned. A model you
-        wrapped yourself (never given to `setup`) is trained as it is."""
+    def prepared(self, model: nn.Module, training: bool = True) -> Prepared:
+        """The strategy's per-run state for a model that `setup` returned. A model never
+        given to `setup` is used as it is: evaluated, or trained by one process; several
+        processes train it only when it synchronises itself (your own DDP or FSDP wrapper),
+        since nothing else would keep their copies equal."""
         found = self._prepared.get(id(model))
         if found is not None:
             return found
@@ -165,9 +170,11 @@ class Run(RunCollectives):
             raise UsageError("this is the model you gave run.setup, not the one it returned: pass the returned "
                              "model (model, optimizer = run.setup(model, optimizer)), or its gradients are not "
                              "synchronised")
-        plain = ModelPart(module=model, model=model)
-        found = self._prepared[id(model)] = Prepared(self.strategy.configuration(self.topology), plain, None)
-        return found
+        if training and self.world_size > 1 and not _synchronises_itself(model):
+            raise UsageError(f"this model was never given to run.setup, so its gradients would not be synchronised "
+                             f"and the {self.world_size} processes would train {self.world_size} different models; "
+                             "prepare it first: model, optimizer = run.setup(model, optimizer)")
+        return Prepared(self.strategy.configuration(self.topology), ModelPart(module=model, model=model), None)
 
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:
@@ -310,7 +317,8 @@ class Run(RunCollectives):
         self.memory.snapshot()  # the training peak so far; evaluation's own is not training's
         try:
             with self.watch("evaluate"):
-                return evaluation.evaluate(self.prepared(model), dataset, batch_size=batch_size, loss_fn=loss_fn,
+                return evaluation.evaluate(self.prepared(model, training=False), dataset, batch_size=batch_size,
+                                           loss_fn=loss_fn,
                                            metrics=metrics, collate_fn=collate_fn, shard=self.data_parallel_rank,
                                            num_shards=self.data_parallel_size, device=self.device,
                                            all_reduce=self._all_reduce, reports=self.topology.reports_outputs,
@@ -430,6 +438,13 @@ class Run(RunCollectives):
     def __repr__(self) -> str:
         return (f"Run(strategy={self.strategy.name!r}, rank={self.rank}, world_size={self.world_size}, "
                 f"device={str(self.device)!r}, backend={self.backend!r})")
+
+
+def _synchronises_itself(model: nn.Module) -> bool:
+    """A model the user wrapped for data parallelism: DDP, FSDP, or parameters that are DTensors."""
+    names = {cls.__name__ for cls in type(model).__mro__}
+    return bool(names & {"DistributedDataParallel", "FSDPModule", "FullyShardedDataParallel"}) or any(
+        type(p).__name__ == "DTensor" for p in model.parameters())
 
 
 def _timeout(value: Optional[float | timedelta]) -> timedelta:

@@ -95,3 +95,15 @@ def cpu_cores() -> int:
     if limit is not None:
         cores = min(cores, max(1, math.ceil(limit)))
     return max(1, cores)
+
+
+def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> Optional[int]:
+    """Memory the machine can give new allocations without swapping (MemAvailable), or
+    None where unknown."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 
 from .batches import move_to
 from .errors import UsageError
-from .streams import ShardedStream
+from .streams import ShardedStream, agreed
 
 
 class _ResumableSampler(DistributedSampler):
@@ -145,9 +145,9 @@ class ShardedLoader:
             yield move_to(batch, self.device)
 
     def _stream(self, skip: int):
-        """A stream's batches; on a resume, the ones already used are read and passed over
-        (a stream can only be skipped by reading it)."""
-        for number, batch in enumerate(self.loader):
+        """A stream's batches, while every rank has one (streams.agreed); on a resume, the
+        ones already used are read and passed over (a stream can only be skipped by reading it)."""
+        for number, batch in enumerate(agreed(iter(self.loader))):
             if number < skip:
                 continue
             self._batches_done += 1

@@ -59,8 +59,25 @@ def as_command_line(text: str, flags: Mapping[str, str], switches: frozenset = f
     return _MARKED.sub(spell, text)
 
 
+class _FlagsByRule(dict):
+    def get(self, name: str, default=None) -> str:
+        return "--" + name.replace("_", "-")
+
+
+def as_flags(text: str) -> str:
+    """`--grad-accum 4`: every setting spelt as a flag by the rule all of scaletrain's flags
+    follow (`_` to `-`), for lines the command line shows without its parser at hand (a
+    rank of `scaletrain train`)."""
+    return as_command_line(text, _FlagsByRule())
+
+
 class UsageError(Exception):
     """A user's mistake: bad flag, bad value, impossible combination. Exit status 2."""
+
+    #: True for errors that every rank of a job raises alike (a verdict agreed by all of
+    #: them, or rank 0's decision broadcast to all): rank 0 says it, the others stop
+    #: silently with the same status, so it is shown once.
+    same_on_every_rank = False
 
     def __str__(self) -> str:
         return as_library(self.raw)

@@ -1,12 +1,52 @@
-"""Writing files so that a crash never leaves a half-written one behind."""
+"""Writing files so that a crash never leaves a half-written one behind, and a full disk is
+one line (DiskFull: exit status 2, never retried), not a traceback."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+from .errors import UsageError
+
+
+class DiskFull(UsageError):
+    """A run's file (metrics, a tracker's, the summary) could not be written: the disk is
+    full. A restart would fail the same way, so, like a usage error, exit status 2."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc)
+
+
+def disk_full(what: str, where: Optional[Path] = None) -> DiskFull:
+    """The one line: what could not be written, the room left, and the fix."""
+    free = ""
+    folder = Path(where) if where is not None else None
+    while folder is not None and not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            free = f" ({shutil.disk_usage(folder).free / 1e6:.1f} MB free)"
+    return DiskFull(f"cannot write {what}: the disk is full{free}; training stopped there; free some space or choose "
+                    "an --out on a disk with room (a run with checkpoints continues from its newest one with "
+                    "--resume auto)")
+
+
+@contextlib.contextmanager
+def writing(path: Path):
+    """Around a write of `path`: a full disk becomes DiskFull naming it."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise disk_full(str(path), Path(path).parent) from None
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -9,6 +9,13 @@ So each sample is used by exactly one rank and one worker per epoch, and every r
 the same number of batches — a rank with one batch more than its peers would wait forever
 in that batch's gradient synchronisation.
 
+A stream that is not the same on every rank (one rank's copy yields 200 samples, another's
+120) would leave a rank with a batch its peers do not have, waiting in that batch's
+gradient synchronisation until the backend aborts. So the ranks agree, batch by batch,
+that each has the next one (`Agreement`: one small all-reduce, started a batch ahead so
+that it runs while the current batch trains), and when some have run out and others have
+not, all of them stop with one line naming the uneven stream.
+
 The stream's last, incomplete round is not dropped: its samples are shared out evenly and
 appended to the last full round's batches (those batches are slightly larger), so every
 sample counts. A stream too short for one sample per rank is refused.
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional
 
+import torch
+import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data.dataloader import default_collate
 
@@ -81,3 +90,65 @@ class ShardedStream(IterableDataset):
                             self.drop_tail):
             yield self.collate_fn(samples)
 
+
+
+class UnevenStream(UsageError):
+    """Some ranks' streams ended before the others': every rank finds it at the same batch."""
+
+    same_on_every_rank = True
+
+
+class Agreement:
+    """Whether every rank has its next batch, agreed among all ranks (every rank takes the
+    same number of steps). `start(has_next)` begins the all-reduce; `result()` waits for
+    it: (every rank has one, some rank has one). Over Gloo (the job's own group when it is
+    Gloo, else a Gloo group made for it), on the CPU: no device synchronisation."""
+
+    _group_of: dict = {}
+
+    def __init__(self) -> None:
+        self.active = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self._work = self._flags = None
+
+    def _group(self):
+        if dist.get_backend() == "gloo":
+            return None  # the job's own group
+        key = id(dist.group.WORLD)
+        if key not in Agreement._group_of:  # collective: every rank reads its stream alike
+            Agreement._group_of[key] = dist.new_group(backend="gloo")
+        return Agreement._group_of[key]
+
+    def start(self, has_next: bool) -> None:
+        self._flags = torch.tensor([float(has_next), -float(has_next)])
+        if self.active:
+            self._work = dist.all_reduce(self._flags, op=dist.ReduceOp.MIN, group=self._group(), async_op=True)
+
+    def result(self) -> tuple[bool, bool]:
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        every, anyone = self._flags.tolist()
+        return every > 0, -anyone > 0
+
+
+def agreed(batches: Iterator[Any]) -> Iterator[Any]:
+    """`batches`, for as long as every rank has its next one (see Agreement)."""
+    agreement = Agreement()
+    end = object()
+    upcoming = next(batches, end)
+    agreement.start(upcoming is not end)
+    handed = 0
+    while True:
+        every, anyone = agreement.result()
+        if not every:
+            if anyone:
+                raise UnevenStream(
+                    f"the IterableDataset ended after {handed} batch(es) on some ranks but went on on others: a "
+                    "stream must yield the same samples in the same order on every rank (seed any shuffling it "
+                    "does, read the same files), or it leaves ranks waiting for each other")
+            return
+        batch = upcoming
+        upcoming = next(batches, end)
+        agreement.start(upcoming is not end)  # runs while `batch` trains
+        handed += 1
+        yield batch

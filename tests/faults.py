@@ -24,8 +24,10 @@ def cmdline(pid: int) -> str:
 
 
 def spawned_workers(pid: int) -> list[int]:
-    """The ranks that torch.multiprocessing started under `pid` (not its resource tracker)."""
-    return sorted(p for p in _descendants(pid) if "spawn_main" in cmdline(p))
+    """The ranks the spawn launcher started under `pid`: its rank runners (a rank of
+    `scaletrain train` runs in a warm interpreter started for it), rank 0 first."""
+    return sorted(p for p in _descendants(pid)
+                  if "scaletrain.launchers.rank" in cmdline(p) or "scaletrain.launchers.warm" in cmdline(p))
 
 
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, interval: float = 0.02):

@@ -95,3 +95,16 @@ def test_user_script_runs_unchanged_as_one_process_and_under_torchrun():
         accuracy = float(re.search(r"held-out accuracy ([0-9.]+)", last).group(1))
         assert f"world size {world}" in last and "(360 samples" in last and accuracy >= 0.93, last
         assert len(result.stdout.strip().splitlines()) == 10  # rank 0 prints; rank 1 does not
+
+
+@pytest.mark.timeout(120)
+def test_models_not_set_up_once_are_refused_in_one_line_at_world_size_2():
+    """A second run.setup of a model; training a model never given to run.setup (evaluating it is fine)."""
+    result = run([sys.executable, "-m", "scaletrain", "launch", "--nproc-per-node", "2",
+                  str(WORKERS / "unprepared_models.py")], timeout=100)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout.count("REFUSED setup twice: run.setup was already called on this model") == 2, result.stdout
+    assert "EVALUATED 8" in result.stdout and "TRAINED" not in result.stdout
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 1 and "never given to run.setup" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr

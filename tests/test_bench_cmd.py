@@ -63,3 +63,47 @@ def test_bench_accuracy_reports_held_out_accuracy_per_learning_rate_rule(tmp_pat
     assert rows["threads-only ×1"]["eval_accuracy"]["median"] > 0.5  # one epoch of digits is learnt well past chance
     assert doc["verdict"]["kind"] == "cannot tell"  # one round: no interval to decide with
     assert (out / "accuracy.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def _start(*args: str):
+    import sys
+
+    from .launch_helpers import start_marked
+
+    return start_marked([sys.executable, "-m", "scaletrain", *args])
+
+
+def _wait_for(proc, words: str, seconds: float) -> str:
+    """The output up to the line holding `words`."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    read = []
+    while not read or words not in read[-1]:
+        read.append(proc.stdout.readline())
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+    return "".join(read)
+
+
+def test_ctrl_c_during_bench_is_130_one_line_and_keeps_the_rounds_measured(tmp_path):
+    """Ctrl-C in round 2: the finished round is reported and written; the run says so once.
+    Also: a budget shorter than a round is said, not silently overrun."""
+    import os
+    import signal
+
+    from .launch_helpers import finish_marked
+
+    out = tmp_path / "bench"
+    proc, token = _start("bench", "--workload", "digits-mlp", "--nproc", "1,2", "--steps", "3", "--warmup", "1",
+                         "--min-seconds", "0.1", "--no-predict", "--budget", "1", "--max-other-load", "2",
+                         "--out", str(out))
+    before = _wait_for(proc, "round 2:", 200)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+    result, left = finish_marked(proc, token, timeout=120)
+    assert result.returncode == 130 and not left, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    ours = [line for line in result.stderr.splitlines() if line.startswith("scaletrain")]
+    assert len(ours) == 1 and "bench stopped by SIGINT after 1 round(s)" in ours[0], result.stderr[-3000:]
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["stop_reason"] == "stopped by SIGINT" and {r["rounds"] for r in doc["configurations"]} == {1}
+    assert "note: round 1 took" in before and "past the 1 s budget" in before, before

@@ -76,6 +76,10 @@ CASES = [
     ("model-missing-function", ["--model", "os:no_such_function"], {}, "has no function"),
     ("model-not-a-module", ["--model", "os:getcwd"], {}, "not a torch.nn.Module"),
     ("dataset-not-importable", ["--dataset", "no_such_module_xyz:data"], {}, "cannot import"),
+    ("dataset-empty-training-split", ["--dataset", "tests.workers.diverging:empty_training_split"], {},
+     "its training split is empty"),
+    ("tracking-server-down", ["--tracker", "mlflow"], {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+     "cannot be reached"),
     ("out-not-writable", ["--out", "/proc/scaletrain-out/run"], {}, "--out"),
     ("out-is-a-file", ["--out", _file], {}, "is a file"),
     ("out-not-empty", ["--out", _full_folder], {}, "already holds files"),
@@ -121,6 +125,9 @@ CASES = [
      "is not an address of this host"),
     ("gloo-interface-missing", [], {"GLOO_SOCKET_IFNAME": "eth99"}, "GLOO_SOCKET_IFNAME=eth99 names no interface"),
     ("launch-timeout-text", ["!", "launch", "--timeout", "soon", "examples/plain_ddp.py"], {}, "expected a duration"),
+    ("launch-a-folder", ["!", "launch", _empty_folder], {}, "is a folder without __main__.py"),
+    ("dry-run-master-addr-elsewhere", ["!", "launch", "--dry-run", "--nproc-per-node", "2", "--master-addr",
+                                       "10.1.2.3", "examples/plain_ddp.py"], {}, "is not an address of this host"),
 ]
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
@@ -173,3 +180,15 @@ def test_bad_input_from_the_real_command(args, tmp_path):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_mistake_two_ranks_find_is_one_line_and_leaves_no_folder(tmp_path):
+    """The ranks build the data (the command only checks that its factory imports): both find
+    the empty training split; the line is shown once, and the folder the run made is gone."""
+    out = tmp_path / "out"
+    result = scaletrain(*BASE, "--nproc-per-node", "2", "--dataset", "tests.workers.diverging:empty_training_split",
+                        "--out", str(out), timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "its training split is empty" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()

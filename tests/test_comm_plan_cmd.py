@@ -64,3 +64,25 @@ def test_plan_predicts_every_strategy_and_size_and_what_fits(comm_json):
     conclusions = doc["conclusions"]
     assert conclusions[0].startswith("The model does not fit one device")
     assert any("fsdp fits from" in line for line in conclusions)
+
+
+def test_sigterm_during_plan_is_143_in_one_line(tmp_path):
+    """A scheduler's SIGTERM to `scaletrain plan` while its first probe job runs."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from .launch_helpers import finish_marked, marked, start_marked
+
+    proc, token = start_marked([sys.executable, "-m", "scaletrain", "plan", "--workload", "digits-mlp",
+                                "--world-sizes", "1,2", "--probe-rounds", "2"])
+    deadline = time.monotonic() + 120
+    while len(marked(token)) < 3:  # the plan and its probe job's ranks
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGTERM)
+    result, left = finish_marked(proc, token, timeout=60)
+    assert result.returncode == 143 and not left, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "plan stopped by SIGTERM before its first probe round" in lines[0], result.stderr

@@ -60,3 +60,13 @@ def test_missing_interface_named(capsys, monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuchif0")
     status, out = doctor(capsys, "--master-addr", "127.0.0.1")
     assert status == 1 and "GLOO_SOCKET_IFNAME=nosuchif0: no interface nosuchif0 here" in out
+
+
+def test_a_self_test_failing_for_a_missing_interface_says_so_not_use_gloo(capsys, monkeypatch):
+    """The self-test's ranks inherit GLOO_SOCKET_IFNAME: its fix names that, not --backend gloo."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuchif0")
+    status = main(["doctor", "--master-addr", "127.0.0.1"])
+    out = capsys.readouterr().out
+    assert status == 1 and "all-reduce self-test failed" in out, out
+    fix = out.split("all-reduce self-test failed", 1)[1].splitlines()[1]
+    assert "GLOO_SOCKET_IFNAME=nosuchif0" in fix and "--backend gloo" not in fix, out

@@ -28,7 +28,8 @@ def small_disk(tmp_path):
 
 def test_a_full_disk_during_a_checkpoint_is_one_line_and_not_retried(small_disk: Path):
     out = small_disk / "run"
-    done = scaletrain("train", "--strategy", "single", "--workload", "synthetic-mlp", "--epochs", "1",
+    # Two ranks: both learn of the failed save (rank 0 broadcasts it); the line is shown once.
+    done = scaletrain("train", "--nproc-per-node", "2", "--workload", "synthetic-mlp", "--epochs", "1",
                       "--checkpoint-every", "2", "--max-restarts", "2", "--out", str(out), timeout=240)
     errors = [line for line in done.stderr.splitlines() if line.startswith("scaletrain: error:")]
     assert done.returncode == 2, done.stderr[-3000:]
@@ -37,3 +38,75 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_not_retried(small_disk:
     assert "Traceback" not in done.stderr
     assert "restart" not in done.stderr.lower()  # a full disk is not retried
     assert not list((out / "checkpoints").glob("step-*"))  # no checkpoint was published
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 256 KB tmpfs with 8 KB left: a few writes fill it."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    try:
+        (mount_point / "filler").write_bytes(b"\0" * (248 * 1024))
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def _until_full(write, limit: int = 10_000) -> BaseException:
+    for step in range(limit):
+        try:
+            write(step)
+        except BaseException as exc:  # noqa: BLE001 - what the full disk raised is the answer
+            return exc
+    raise AssertionError("the disk never filled")
+
+
+def test_a_full_disk_for_metrics_summary_and_trackers_is_one_line(full_disk: Path, capsys):
+    """Outside checkpoints (in one process): metrics.jsonl, summary.json and each tracker,
+    each on a disk with 8 KB left."""
+    import shutil
+
+    from scaletrain.files import DiskFull
+    from scaletrain.track import open_trackers
+    from scaletrain.train.report import Reporter
+
+    record = {"kind": "step", "step": 1, "total_steps": 9, "epoch": 1, "epochs": 1, "lr": 0.1, "train_loss": 0.5,
+              "samples_per_second": 10.0, "eta_seconds": 1.0}
+
+    def tracker_logs(name):
+        trackers = open_trackers([name], full_disk / "run")
+        try:
+            for step in range(100_000):
+                trackers.log({"train/loss": 0.5, "train/lr": 0.1}, step)
+                if step % 100 == 99:
+                    trackers.finish()  # flushes (TensorBoard writes from a thread of its own)
+                    trackers = open_trackers([name], full_disk / "run")
+        finally:
+            trackers.finish()  # after a full disk: nothing more, no second error
+
+    writes = {"metrics.jsonl": lambda: [Reporter(True, full_disk / "run").step({**record, "step": step})
+                                        for step in range(100_000)],
+              "summary.json": lambda: Reporter(True, full_disk / "run").finish({"notes": "x" * 65536}),
+              "csv": lambda: tracker_logs("csv"), "tensorboard": lambda: tracker_logs("tensorboard")}
+    for what, write in writes.items():
+        shutil.rmtree(full_disk / "run", ignore_errors=True)
+        with pytest.raises(DiskFull) as caught:
+            write()
+        message = str(caught.value)
+        assert "\n" not in message and "the disk is full" in message and "--out" in message, (what, message)
+    capsys.readouterr()
+
+
+def test_a_full_disk_outside_checkpoints_stops_the_run_in_one_line_not_retried(full_disk: Path):
+    out = full_disk / "run"
+    done = scaletrain("train", "--workload", "digits-mlp", "--nproc-per-node", "2", "--epochs", "40",
+                      "--log-every-steps", "1", "--tracker", "csv", "--tracker", "tensorboard", "--max-restarts", "1",
+                      "--out", str(out), timeout=180)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("scaletrain: error:")]
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert len(errors) == 1 and "the disk is full" in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "restart" not in done.stderr.lower()

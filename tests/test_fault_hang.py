@@ -26,7 +26,7 @@ def test_sigstop_one_rank_names_it_and_all_exit(tmp_path, victim_rank):
         wait_for(lambda: latest_checkpoint(out / "checkpoints"), 150, "training to be under way", job.proc)
         workers = wait_for(lambda: spawned_workers(job.proc.pid), 10, "the workers", job.proc)
         assert len(workers) == 2
-        victim = workers[victim_rank]  # torch.multiprocessing starts rank 0 first: lower pid
+        victim = workers[victim_rank]  # the launcher starts rank 0 first: lower pid
         os.kill(victim, signal.SIGSTOP)
         stopped_at = time.monotonic()
         status, stdout, stderr = job.finish(timeout=TIMEOUT_S + 60)

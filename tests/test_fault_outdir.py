@@ -96,3 +96,28 @@ def test_resume_auto_refuses_a_finished_run_without_checkpoints(tmp_path):
                                      "--resume", "auto", timeout=90))
     assert "holds a finished run (summary.json written) and no checkpoint" in line, line
     assert files_of(out) == finished
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_closed_terminal_stops_the_run_with_its_ranks_and_frees_the_folder(tmp_path, launcher):
+    """SIGHUP to `scaletrain train` (a closed terminal, a dropped ssh session): the run stops
+    like under SIGTERM, ranks first, so nothing writes into the folder a resume then takes."""
+    from tests.launch_helpers import finish_marked, marked, start_marked
+
+    out = tmp_path / "HU"
+    flags = [*MLP, "--nproc-per-node", "2", "--launcher", launcher, "--log-every-steps", "1", "--out", str(out)]
+    proc, token = start_marked([sys.executable, "-m", "scaletrain", *flags, "--epochs", "300"])
+    deadline = time.monotonic() + 120
+    while not proc.stdout.readline().startswith("step"):  # training, on both ranks
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+    ranks = set(marked(token)) - {proc.pid}
+    os.kill(proc.pid, signal.SIGHUP)
+    proc.wait(timeout=60)
+    still = ranks & set(marked(token))
+    result, left = finish_marked(proc, token, timeout=10, grace=0.5)
+    assert result.returncode == 129, result.stderr[-3000:]
+    assert not still and not left, "ranks outlived the launcher"
+    assert "Traceback" not in result.stderr, result.stderr
+    if launcher == "spawn":  # the folder is free (its lock is held as long as a rank writes): a resume runs
+        resumed = scaletrain(*flags, "--epochs", "1", "--resume", "auto", timeout=120)
+        assert resumed.returncode == 0, resumed.stderr

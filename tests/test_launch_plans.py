@@ -42,10 +42,11 @@ def remote_master(addr="10.0.0.1") -> netif.Choice:
 def test_spawn_plan_gives_each_rank_torchrun_variables():
     plan = build_plan(request(launcher="spawn", nproc_per_node=2, nnodes=1, master_addr="127.0.0.1",
                               master_port=29555))
-    assert plan.in_process and [c.argv for c in plan.commands] == [tuple(RUNNER + ["train.py", "--lr", "0.1"])] * 2
+    assert [c.argv for c in plan.commands] == [tuple(RUNNER + ["train.py", "--lr", "0.1"])] * 2
     assert plan.commands[1].env == {
         "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
-        "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "SCALETRAIN_LAUNCHER": "spawn"}
+        "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "SCALETRAIN_LAUNCHER": "spawn",
+        "OMP_NUM_THREADS": "4"}  # 8 cores shared by 2 ranks
 
 
 def test_torchrun_static_plan():
@@ -86,7 +87,7 @@ def test_mpirun_plan_across_hosts_as_root_with_oversubscription():
     assert list(command.argv) == [
         "mpirun", "-np", "8", "--host", "a:4,b:4", "--allow-run-as-root", "--oversubscribe",
         "--mca", "oob_tcp_if_include", "10.0.0.0/24", "--mca", "btl_tcp_if_include", "10.0.0.0/24",
-        "-x", "MASTER_ADDR=a", "-x", "MASTER_PORT=29500", "-x", "SCALETRAIN_ERROR_DIR", "-x", "PYTHONPATH",
+        "-x", "MASTER_ADDR=a", "-x", "MASTER_PORT=29500", "-x", "SCALETRAIN_ERROR_DIR", "-x", "SCALETRAIN_LAUNCHER_PROCESS", "-x", "SCALETRAIN_STDOUT_IS_TERMINAL", "-x", "PYTHONPATH",
         *RUNNER, "train.py", "--lr", "0.1"]
 
 
@@ -95,7 +96,7 @@ def test_mpirun_plan_one_host_not_root():
                   environ={"GLOO_SOCKET_IFNAME": "eth7", "OMPI_MCA_oob_tcp_if_include": "eth7"})
     (command,) = build_plan(req).commands
     assert list(command.argv) == ["mpirun", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=40000",
-                                  "-x", "SCALETRAIN_ERROR_DIR", "-x", "GLOO_SOCKET_IFNAME", *RUNNER,
+                                  "-x", "SCALETRAIN_ERROR_DIR", "-x", "SCALETRAIN_LAUNCHER_PROCESS", "-x", "SCALETRAIN_STDOUT_IS_TERMINAL", "-x", "GLOO_SOCKET_IFNAME", *RUNNER,
                                   "train.py", "--lr", "0.1"]
 
 

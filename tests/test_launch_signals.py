@@ -43,6 +43,7 @@ def test_ctrl_c_ends_the_job_with_130_and_no_restart(launcher):
     assert time.monotonic() - started < 30
     assert "restart" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert "SIGINT received" in result.stderr
+    assert "failed" not in result.stderr, result.stderr  # a rank the user stopped did not fail
     assert not left, f"{launcher} left processes behind"
 
 
@@ -69,3 +70,44 @@ def test_a_rank_killed_by_a_signal_is_named(launcher, words):
     assert result.returncode != 0 and not left
     first = next(line for line in result.stderr.splitlines() if "failed first" in line)
     assert first.startswith("scaletrain: rank 1 on host ") and words in first, result.stderr
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun", "mpirun"])
+def test_sighup_ends_the_job_with_129_after_its_ranks(launcher):
+    """A closed terminal or a dropped ssh session: like SIGTERM."""
+    proc, token, pids = start_and_wait_until_ready(launcher)
+    ranks = set(pids.values())
+    os.kill(proc.pid, signal.SIGHUP)
+    proc.wait(timeout=60)
+    still = ranks & set(marked(token))
+    result, left = finish_marked(proc, token, timeout=10, grace=0.5)
+    assert result.returncode == 129, result.stderr
+    assert not still and not left
+    assert "SIGHUP received" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun", "mpirun"])
+def test_no_rank_outlives_a_launcher_killed_outright(launcher):
+    """SIGKILL leaves the launcher no chance to stop anything: the ranks see it gone."""
+    proc, token, pids = start_and_wait_until_ready(launcher)
+    os.kill(proc.pid, signal.SIGKILL)
+    result, left = finish_marked(proc, token, timeout=30, grace=10)
+    assert result.returncode == -signal.SIGKILL
+    assert not left, f"{launcher}: processes outlived their launcher"
+    assert "is gone; stopping this rank" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("launcher, after", [("spawn", 0.6), ("spawn", 1.8), ("torchrun", 1.8), ("mpirun", 1.8)])
+def test_an_early_ctrl_c_is_one_line_and_130(launcher, after, tmp_path):
+    """Ctrl-C while the command still imports, checks or starts its ranks: no traceback."""
+    import sys
+
+    proc, token = start_marked([sys.executable, "-m", "scaletrain", "train", "--workload", "digits-mlp",
+                                "--nproc-per-node", "2", "--launcher", launcher, "--out", str(tmp_path / "run")])
+    time.sleep(after)
+    os.killpg(proc.pid, signal.SIGINT)
+    result, left = finish_marked(proc, token, timeout=60, grace=1)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and not left, result.stderr
+    ours = [line for line in result.stderr.splitlines() if line.startswith("scaletrain")]
+    assert len(ours) == 1 and ("SIGINT" in ours[0]), result.stderr

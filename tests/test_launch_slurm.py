@@ -77,3 +77,13 @@ def test_a_written_batch_script_with_resources_runs(slurm, tmp_path):
     ranks = detected(log.read_text())
     assert [r["rank"] for r in ranks] == [0, 1] and {r["all_reduce"] for r in ranks} == {3.0}, log.read_text()
     assert {r["launcher"] for r in ranks} == {"slurm"}
+
+
+def test_a_script_without_a_main_guard_reads_a_stream_with_workers_under_srun(slurm):
+    from .test_launch_main_guard import SCRIPT, every_sample_once
+
+    result, left = run_session(["salloc", "-N1", "-n2", sys.executable, "-m", "scaletrain", "launch",
+                                "--nproc-per-node", "2", str(SCRIPT)], timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert every_sample_once(result.stdout), result.stdout
+    assert not left

@@ -41,3 +41,18 @@ def test_more_processes_than_cores_warns_and_starts(tmp_path):
     ranks = [json.loads(line.split(" ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("DETECTED ")]
     assert sorted(r["rank"] for r in ranks) == list(range(nproc))
     assert {r["all_reduce"] for r in ranks} == {nproc * (nproc + 1) / 2}
+
+
+def test_a_node_that_never_joins_torchruns_rendezvous_is_named_within_the_timeout():
+    """Node 0 of 2 alone: torchrun's rendezvous of the nodes comes before any rank, so the
+    launcher bounds it itself: one line naming node 1, exit 3, nothing left."""
+    from .helpers import free_port
+
+    started = time.monotonic()
+    result, left = run_session(launch_argv("--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                                           "--master-port", str(free_port()), "--nproc-per-node", "1",
+                                           "--timeout", "5", str(REPO / "examples" / "plain_ddp.py")), timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert time.monotonic() - started < 20 and not left
+    ours = [line for line in result.stderr.splitlines() if line.startswith("scaletrain")]
+    assert len(ours) == 1 and "node(s) 1 never joined" in ours[0] and "within 5s" in ours[0], result.stderr

@@ -34,6 +34,7 @@ def run_in_process(argv, capsys) -> tuple[int, str]:
     (["comm", "--sizes", "3Q"], "--sizes"),
     (["comm", "--nproc", "1"], "--nproc 2"),
     (["comm", "--backend", "nccl"], "nccl"),
+    (["comm", "--sizes", "64G", "--ops", "all_reduce"], "available; choose sizes up to"),  # checked before allocating
     (["plan", "--world-sizes", "2,x"], "--world-sizes"),
     (["plan", "--comm", "/nonexistent/comm.json"], "--comm"),
     (["plan", "--overlap", "2"], "--overlap"),

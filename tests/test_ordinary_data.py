@@ -159,3 +159,21 @@ def test_main_process_first_and_gather_in_one_process():
         with run.main_process_first():
             pass
         assert run.gather(torch.arange(3)).tolist() == [0, 1, 2]
+
+
+@pytest.mark.timeout(120)
+def test_a_stream_uneven_across_ranks_stops_them_together_in_one_line():
+    """200 samples on rank 0, 120 on rank 1: named at the batch where they part, exit 2,
+    instead of a rank waiting in a gradient sync its peer never joins (Gloo's abort)."""
+    import sys
+    import time
+
+    from .helpers import REPO, run
+
+    started = time.monotonic()
+    result = run([sys.executable, "-m", "scaletrain", "launch", "--nproc-per-node", "2",
+                  str(REPO / "tests" / "scripts" / "uneven_stream.py")], timeout=100)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ended after 7 batch(es) on some ranks but went on on others" in lines[0], result.stderr
+    assert "TRAINED" not in result.stdout and time.monotonic() - started < 60

@@ -80,3 +80,27 @@ def test_resume_keeps_only_what_was_done_before_its_checkpoint(tmp_path):
     reporter.epoch({"kind": "epoch", "step": 20, "epoch": 2, "epochs": 3, "train_loss": 0.5, "eval_loss": 0.4,
                     "eval_accuracy": 0.9, "samples_per_second": 0.0})  # epoch 2 again: recorded already
     assert len((tmp_path / METRICS_FILE).read_text().splitlines()) == 3
+
+
+def test_an_epoch_resumed_at_its_end_is_not_reported_at_0_samples_per_second(tmp_path, capsys):
+    """A resume from the checkpoint at an epoch's last step, into a new folder: the epoch's
+    held-out figures are recorded, its speed is not made up."""
+    reporter = Reporter(True, tmp_path)
+    reporter.start_at(45, 1)
+    reporter.epoch({"kind": "epoch", "epoch": 1, "epochs": 2, "step": 45, "train_loss": 0.5, "eval_loss": 0.4,
+                    "eval_accuracy": 0.9, "eval_samples": 10, "samples_per_second": 0.0, "epoch_seconds": 0.01,
+                    "lr": 0.1, "wall_seconds": 3.0})
+    line = capsys.readouterr().out.strip()
+    assert line.endswith("trained before the resume") and "0 samples/s" not in line, line
+    (record,) = [json.loads(text) for text in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert record["samples_per_second"] is None and record["eval_accuracy"] == 0.9
+
+
+def test_a_note_naming_a_setting_shows_its_flag(tmp_path, capsys):
+    """Notes of the trainer name settings as the flags the user types, never as raw marks."""
+    from scaletrain.errors import arg
+
+    Reporter(True, tmp_path).say(f"scaletrain: note: the last 1 micro-step(s) did not complete an optimizer step "
+                                 f"({arg('grad_accum', 2)})")
+    out = capsys.readouterr().out
+    assert "(--grad-accum 2)" in out and "\x1f" not in out and "\x1e" not in out, repr(out)

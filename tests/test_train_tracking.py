@@ -226,3 +226,53 @@ def test_report_refuses_a_folder_that_is_not_a_run(tmp_path):
     assert result.returncode == 2 and not (tmp_path / "report").exists()
     assert result.stderr.strip() == (f"scaletrain: error: {tmp_path} holds no metrics.jsonl: not a `scaletrain "
                                      "train` run folder (or it has not finished an epoch or a step record yet)")
+
+
+def test_a_tracking_server_that_is_down_is_found_in_seconds_and_the_user_chooses(tmp_path):
+    """MLFLOW_TRACKING_URI naming a server that is down: refused in one line before anything
+    starts (MLflow's client would retry for minutes), or, when asked, a run without it."""
+    import time
+
+    env = {**_own_trackers_env(), "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}
+    flags = ["train", "--workload", "digits-mlp", "--epochs", "1", "--nproc-per-node", "1", "--tracker", "mlflow",
+             "--tracker", "csv"]
+    started = time.monotonic()
+    refused = scaletrain(*flags, "--out", str(tmp_path / "stop"), timeout=60, env=env)
+    assert refused.returncode == 2 and time.monotonic() - started < 30, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "tracking server at http://127.0.0.1:9" in lines[0], refused.stderr
+    assert "--if-tracker-unreachable skip" in lines[0] and not (tmp_path / "stop").exists()
+    skipped = scaletrain(*flags, "--if-tracker-unreachable", "skip", "--out", str(tmp_path / "skip"), timeout=120,
+                         env=env)
+    assert skipped.returncode == 0, skipped.stderr
+    assert "training without the mlflow tracker" in skipped.stderr
+    assert (tmp_path / "skip" / "csv" / "metrics.csv").is_file() and not (tmp_path / "skip" / "mlruns").exists()
+
+
+def test_report_skips_a_record_that_is_not_numbers_and_names_its_line(tmp_path, capsys):
+    """A metrics.jsonl edited by hand: `"train_loss": "abc"` is named and left out, the rest drawn."""
+    from scaletrain.cli import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    epoch = {"kind": "epoch", "epochs": 2, "eval_accuracy": 0.5, "eval_samples": 10, "samples_per_second": 100.0,
+             "epoch_seconds": 1.0, "lr": 0.1}
+    (run_dir / "metrics.jsonl").write_text(
+        json.dumps({**epoch, "epoch": 1, "step": 5, "train_loss": 1.5, "eval_loss": 1.2, "wall_seconds": 1.0}) + "\n"
+        + json.dumps({**epoch, "epoch": 2, "step": 10, "train_loss": "abc", "eval_loss": "abc", "wall_seconds": 2}))
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == f"scaletrain: note: skipped line 2 of {run_dir / 'metrics.jsonl'}: train_loss is 'abc', " \
+                          "not a number"
+    assert (tmp_path / "report" / "comparison.md").is_file()
+
+
+def test_under_mpirun_a_log_file_gets_plain_lines_not_the_bar(tmp_path):
+    """mpirun hands its ranks a pseudo-terminal even when its own output is a file: what
+    counts is the command's output, so `> file` gets plain step lines and no control codes."""
+    result = scaletrain("train", "--launcher", "mpirun", "--workload", "digits-mlp", "--epochs", "1",
+                        "--nproc-per-node", "2", "--log-every-steps", "5", "--out", str(tmp_path / "run"),
+                        timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout, repr(result.stdout[:500])
+    assert re.search(r"^step\s+5/", result.stdout, re.M), result.stdout

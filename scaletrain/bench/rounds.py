@@ -13,12 +13,14 @@ job than about the configurations.
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..defaults import BENCH_MAX_OTHER_CORES, BENCH_MAX_ROUNDS, BENCH_MIN_ROUNDS
+from ..launchers.interrupts import Stopped, signal_name
 from ..measure.machine_load import LoadMeter
 
 
@@ -55,6 +57,8 @@ class Rounds:
     stop_reason: str
     left_out: list
     """[{"round": attempt number from 1, "job": key, "other_cores": cores}, ...]"""
+    stopped_by: Optional[int] = None
+    """The signal (Ctrl-C, SIGTERM, SIGHUP) that ended the measuring early, if one did."""
 
     @property
     def kept(self) -> int:
@@ -105,6 +109,16 @@ def run_rounds(jobs: list[Job], out: Path, limits: Limits, decided_after: Callab
     """Runs rounds of `jobs` until `keep_going` says stop."""
     results: dict[str, list[dict]] = {job.key: [] for job in jobs}
     left_out: list[dict] = []
+    try:
+        return _rounds(jobs, out, limits, decided_after, say, clock, meter, results, left_out)
+    except (KeyboardInterrupt, Stopped) as exc:
+        # The rounds complete so far stand; the one under way is dropped (its finished runs
+        # stay in their folders).
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        return Rounds(results, f"stopped by {signal_name(signum)}", left_out, stopped_by=signum)
+
+
+def _rounds(jobs, out, limits, decided_after, say, clock, meter, results, left_out) -> Rounds:
     started = clock()
     done = attempts = 0
     last_round_s = 0.0
@@ -136,3 +150,7 @@ def run_rounds(jobs: list[Job], out: Path, limits: Limits, decided_after: Callab
         for key, result in this_round.items():
             results[key].append(result)
         done += 1
+        elapsed = clock() - started
+        if done == 1 and limits.fixed_rounds is None and elapsed + last_round_s > limits.budget_s:
+            say(f"  note: round 1 took {last_round_s:.0f} s, so a second ends past the {limits.budget_s:g} s budget "
+                "(--budget); it runs anyway: an interval needs two rounds (--rounds 1 measures one)")

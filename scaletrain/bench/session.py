@@ -78,11 +78,15 @@ def report(session: Session, rounds: Rounds, title: str, started: float, facts: 
     from .plots import ACCURACY_PNG, BREAKDOWN_PNG, SPEEDUP_PNG, accuracy_plot, breakdown_plot, speedup_plot
     from .report import prediction_lines, print_table, write_outputs
 
+    import sys
+
     results = rounds.results
     hint = "; measure longer (--budget) or on a quieter machine"
+    if rounds.kept == 0 and rounds.stopped_by is not None:
+        print(f"scaletrain: bench {rounds.stop_reason} before a round was complete; the runs measured so far are in "
+              f"{session.out / 'runs'} (a result.json each)", file=sys.stderr)
+        return 128 + rounds.stopped_by
     if rounds.kept == 0:
-        import sys
-
         print(f"scaletrain: error: no round could be kept: other processes kept the machine busy during all "
               f"{len(rounds.left_out)} of them (more than --max-other-load {session.limits.max_other_cores:g} cores); "
               "measure when the machine is quieter, or give a larger --budget", file=sys.stderr)
@@ -105,4 +109,8 @@ def report(session: Session, rounds: Rounds, title: str, started: float, facts: 
                 "wall_seconds": time.perf_counter() - started}
     written = write_outputs(out, document, rows, title, accuracy, closing)
     say(f"written: {', '.join(str(p) for p in [*written, *plots])} ({document['wall_seconds']:.0f} s)")
+    if rounds.stopped_by is not None:
+        print(f"scaletrain: bench {rounds.stop_reason} after {rounds.kept} round(s); what they measured is in "
+              f"{out / 'bench.md'} and {out / 'bench.json'}", file=sys.stderr)
+        return 128 + rounds.stopped_by
     return 0

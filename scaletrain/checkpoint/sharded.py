@@ -9,6 +9,9 @@ copies, a pipeline's replicas) are written once: DCP's planner de-duplicates the
 
 The ranks must share the checkpoint folder (a shared filesystem across nodes); rank 0
 checks that every rank's file arrived before the checkpoint is published.
+
+DCP is imported when a sharded checkpoint is written or read, not with this module: it
+takes most of a second, which a run that never uses the format should not pay.
 """
 
 from __future__ import annotations
@@ -16,11 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter
-from torch.distributed.checkpoint.api import CheckpointException
 
-from .safe_io import CheckpointError, SafeLoadPlanner, SafeReader, load_metadata
+from .safe_io import CheckpointError
 
 
 def split_state(state: dict) -> tuple[dict, dict]:
@@ -45,6 +45,10 @@ def join_state(tensors: dict, others: dict, with_optimizer: bool) -> dict:
 
 def save(tensors: dict, folder: Path) -> None:
     """Collective: every rank writes its share into `folder`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         dcp.save(tensors, storage_writer=FileSystemWriter(folder, single_file_per_rank=True, sync_files=True))
     except CheckpointException as exc:
@@ -55,6 +59,11 @@ def load(template: dict, folder: Path) -> None:
     """Collective: fills `template` (this process's tensors, in their current layout) from
     `folder`, reading only what this process holds. The caller has checked that the
     checkpoint holds every key of `template` (stored_shapes), on every rank."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from .dcp_reading import SafeLoadPlanner, SafeReader
+
     try:
         dcp.load(template, storage_reader=SafeReader(folder), planner=SafeLoadPlanner())
     except CheckpointException as exc:
@@ -68,16 +77,20 @@ def shard_files(folder: Path, rank: int) -> list[str]:
 
 def stored_shapes(folder: Path) -> dict:
     """The global shape of every tensor the checkpoint holds, from its metadata."""
+    from .dcp_reading import load_metadata
+
     metadata = load_metadata(folder / ".metadata")
     return {k: tuple(v.size) for k, v in metadata.state_dict_metadata.items() if hasattr(v, "size")}
 
 
 def files_named_in_metadata(folder: Path) -> set[str]:
+    from .dcp_reading import load_metadata
+
     metadata = load_metadata(folder / ".metadata")
     return {info.relative_path for info in (metadata.storage_data or {}).values()}
 
 
-def _first_failure(exc: CheckpointException) -> str:
+def _first_failure(exc: Exception) -> str:
     failures = getattr(exc, "failures", {}) or {}
     for rank, failure in sorted(failures.items()):
         return f"rank {rank}: {failure}"

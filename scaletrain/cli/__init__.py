@@ -8,11 +8,15 @@ them need torch (choices of strategies, workloads), and importing torch for
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import signal
 import sys
 from typing import Optional
 
 from ..errors import UsageError
+from ..launchers.interrupts import Deferred, Stopped, sigint_as_python, signal_name, stop_signals
 from ..version import __version__
 from .parsing import OneLineParser, fail, flag_names
 
@@ -59,18 +63,66 @@ def build_parser(only: Optional[str] = None) -> OneLineParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """Runs a command; its exit status. Ctrl-C, SIGTERM and SIGHUP end it with 130, 143 and
+    129 and one line (none in a rank: its launcher says it once), never a traceback."""
+    from ..launchers import warm
+
+    rank = _launched()
     argv = list(sys.argv[1:] if argv is None else argv)
     name = chosen_command(argv)
-    if name in ("launch", "train"):
+    try:
+        # Ctrl-C, SIGTERM and SIGHUP wait for torch's import to end (see Deferred), then stop
+        # the command; any time after, they stop it at once.
+        with Deferred() if not rank else contextlib.nullcontext():
+            if name == "train" and not rank:
+                from .train_warm_up import ranks_to_warm
+
+                warm.warm_up(ranks_to_warm(argv))  # its ranks import torch while this process does
+            if name in NEED_TORCH:
+                import torch  # noqa: F401
+            parser = build_parser(name if name in COMMANDS else "")
+        if rank:
+            sigint_as_python()
+        with stop_signals() if not rank else contextlib.nullcontext():
+            return _run(parser, argv)
+    except KeyboardInterrupt:
+        return _stopped(Stopped(signal.SIGINT), rank)
+    except Stopped as exc:
+        return _stopped(exc, rank)
+    finally:
+        warm.discard()
+
+
+#: Commands that import torch: before their flags are read, so that the import happens
+#: where a signal cannot break it.
+NEED_TORCH = frozenset({"train", "bench", "plan", "comm"})
+
+
+def _run(parser: OneLineParser, argv: list[str]) -> int:
+    if chosen_command(argv) in ("launch", "train"):
         from .launch_options import glue_launcher_args
 
         argv = glue_launcher_args(argv)
-    parser = build_parser(name if name in COMMANDS else "")
     args = parser.parse_args(argv)
     args.argv = argv
     try:
         return args.handler(args)
     except UsageError as exc:  # spelt with the flags the user types, not the library's keywords
         return fail(exc.for_command_line(*flag_names(parser)))
-    except KeyboardInterrupt:
-        return 130
+
+
+def _stopped(exc: Stopped, rank: bool) -> int:
+    if not (rank or exc.said):
+        print(f"scaletrain: stopped by {signal_name(exc.signum)}", file=sys.stderr, flush=True)
+    return exc.status
+
+
+def _launched() -> bool:
+    """Whether this process is one rank of a launched job (detection reads the launchers'
+    variables; a contradiction among them is reported by the command itself)."""
+    from ..environment import detect
+
+    try:
+        return detect(os.environ).launched
+    except UsageError:
+        return False

@@ -182,7 +182,7 @@ def measure_and_report(args, settings, workload, configs, notes, world_sizes, op
     started = time.perf_counter()
     say = lambda text: print(text, flush=True)  # noqa: E731
     limits = Limits(budget_s=args.budget, fixed_rounds=args.rounds, max_other_cores=args.max_other_load)
-    rounds = f"{args.rounds} round(s)" if args.rounds else f"rounds until decided or {args.budget:g} s"
+    rounds = f"{args.rounds} round(s)" if args.rounds else f"rounds until decided or {args.budget:g} s (2 at least)"
     say(f"scaletrain bench: {workload.name}, batch {settings.batch_size} per process, "
         f"{'accuracy over whole epochs' if settings.accuracy else f'{settings.steps} measured steps'}, "
         f"{len(configs)} configurations, {rounds}; writing {out}")

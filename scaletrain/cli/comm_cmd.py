@@ -49,16 +49,48 @@ def validate(args: argparse.Namespace) -> None:
     from ..backends import choose_backend
     from ..devices import choose_device
 
-    parse_ops(args.ops)
-    parse_sizes(args.sizes)
+    ops, sizes = parse_ops(args.ops), parse_sizes(args.sizes)
     if args.warmup < 0:
         raise UsageError(f"--warmup {args.warmup}: must be 0 or more")
     device = choose_device(None if args.device == "auto" else args.device, 0)
     choose_backend(None if args.backend == "auto" else args.backend, device.type)
+    check_memory(ops, max(sizes), args.nproc, device)
     if args.out is not None:
         parent = args.out.expanduser().absolute().parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise UsageError(f"--out {args.out}: folder {parent} does not exist or cannot be written")
+
+
+def check_memory(ops: list[str], size: int, nproc: int, device) -> None:
+    """The largest message's buffers must fit: on CPU all the processes' together in the
+    machine's available memory, on a GPU each process's in its device's free memory.
+    Otherwise the ranks would die deep in the allocator."""
+    import torch
+
+    from ..comm.bandwidth import buffer_bytes, human_bytes
+    from ..cores import available_memory_bytes
+
+    op = max(ops, key=lambda o: buffer_bytes(o, size, nproc))
+    per_rank = buffer_bytes(op, size, nproc)
+    if device.type == "cuda":
+        free, holders, where = torch.cuda.mem_get_info(device)[0], 1, f"{device} has"
+    else:
+        free, holders, where = available_memory_bytes(), nproc, "this machine has"
+    if free is None or per_rank * holders <= free:
+        return
+    most = _flag_size(int(free / holders / (per_rank / size)))
+    need = f"{human_bytes(per_rank)} of buffers in each of the {nproc} processes" + (
+        f" ({human_bytes(per_rank * holders)} in all)" if holders > 1 else "")
+    raise UsageError(f"--sizes: {op} of {human_bytes(size)} needs about {need}, but {where} {human_bytes(free)} "
+                     f"available; choose sizes up to about {most} (e.g. --sizes 1K:{most})")
+
+
+def _flag_size(nbytes: int) -> str:
+    """A size as --sizes reads it, rounded down: 11G, 640M, 12K."""
+    for unit, size in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if nbytes >= size:
+            return f"{nbytes // size}{unit}"
+    return str(max(1, nbytes))
 
 
 def be_a_rank(args: argparse.Namespace) -> int:

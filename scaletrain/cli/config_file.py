@@ -18,7 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import UsageError
-from ..files import write_text_atomic
+from ..files import write_text_atomic, writing
 
 CONFIG_FILE = "config.yaml"
 
@@ -161,5 +161,6 @@ def record(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[st
 
 
 def write(path: Path, values: dict[str, Any]) -> Path:
-    write_text_atomic(path, HEADER + yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
+    with writing(path):
+        write_text_atomic(path, HEADER + yaml.safe_dump(values, sort_keys=False, allow_unicode=True))
     return path

@@ -56,13 +56,17 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
 def fault_config(args: argparse.Namespace) -> dict:
     """The TrainConfig fields of these flags. A process restarted by torchrun's agent resumes
     from the newest checkpoint by itself, as one restarted by scaletrain does."""
-    resume = args.resume
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-    if resume is None and restarted and args.checkpoint_every:
-        resume = "auto"
     return {"checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
-            "checkpoint_layout": args.checkpoint_layout, "resume": resume, "timeout_seconds": args.timeout,
-            "allow_nonfinite": args.allow_nonfinite}
+            "checkpoint_layout": args.checkpoint_layout,
+            "resume": resume_after_agent_restart(args.resume, args.checkpoint_every, os.environ),
+            "timeout_seconds": args.timeout, "allow_nonfinite": args.allow_nonfinite}
+
+
+def resume_after_agent_restart(resume: Optional[str], checkpoint_every: int, environ) -> Optional[str]:
+    """"auto" for a process that torchrun's agent restarted (TORCHELASTIC_RESTART_COUNT > 0)
+    in a run with checkpoints, when no --resume was given; else `resume`."""
+    restarted = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    return "auto" if resume is None and restarted and checkpoint_every else resume
 
 
 def check_fault_flags(args: argparse.Namespace, env: DistEnv, out: Optional[Path]) -> None:
@@ -128,12 +132,10 @@ def out_may_hold_files(args: argparse.Namespace, out: Path) -> bool:
     return args.resume == "auto" and out.is_dir()
 
 
-def restart_argv(argv: list[str], out: Path) -> list[str]:
-    """The command line for a restarted group: resume from the newest checkpoint in --out
-    when there is one (else the original line, with whatever --resume it had)."""
-    if latest_checkpoint(out / CHECKPOINTS_DIR) is None:
-        return argv
-    return [*argv, "--resume", "auto"]  # argparse: the last --resume wins
+def resume_on_restart(resume: Optional[str], out: Path) -> Optional[str]:
+    """What a restarted group resumes: the newest checkpoint in --out when there is one
+    (else whatever --resume the run had)."""
+    return "auto" if latest_checkpoint(out / CHECKPOINTS_DIR) is not None else resume
 
 
 def describe_resume(out: Path) -> str:

@@ -56,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if args.module:
         target = Target(module=args.script, args=tuple(args.args))
     else:
-        if not os.path.isfile(args.script):
+        if os.path.isdir(args.script) and not os.path.isfile(os.path.join(args.script, "__main__.py")):
+            raise UsageError(f"script {args.script} is a folder without __main__.py; give the path of a Python file "
+                             "in it (or -m module)")
+        if not os.path.exists(args.script):
             raise UsageError(f"script {args.script} does not exist; give the path of a Python file (or -m module)")
         target = Target(script=args.script, args=tuple(args.args))
     request = launch_request(args, target)

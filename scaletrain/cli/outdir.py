@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -146,6 +147,18 @@ def _give_up(fd: int, path: Path, out: Path, created: bool, had_lock_file: bool)
     if created:
         with contextlib.suppress(OSError):
             out.rmdir()
+
+
+def discard_unstarted(out: Path, created: bool) -> None:
+    """Removes `out` when this command created it and the run stopped before training began
+    (a mistake found by the ranks: data that does not fit, a model that cannot be built):
+    a refused run leaves nothing, as one refused before its ranks started. Training has
+    begun once metrics.jsonl exists; call it while still holding `out`."""
+    from ..train.report import METRICS_FILE
+
+    out = Path(out).expanduser().absolute()
+    if created and out.is_dir() and not (out / METRICS_FILE).exists():
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def create_out(out: Path) -> Path:

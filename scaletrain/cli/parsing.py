@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 
 from ..values import duration, non_negative_int, port, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
 
@@ -32,7 +31,11 @@ def with_underscores(*flags: str) -> tuple[str, ...]:
 
 
 def fail(message: str) -> int:
-    print(f"scaletrain: error: {message}", file=sys.stderr)
+    """`scaletrain: error: MESSAGE`, status 2 (a rank hands the line to its launcher, which
+    shows it once for all the ranks that found the same mistake)."""
+    from ..launchers.failures import say_usage_error
+
+    say_usage_error(message)
     return 2
 
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import sys
 from pathlib import Path
+from typing import Optional
 
 from ..defaults import BENCH_MEASURE_S, PLAN_PROBE_ROUNDS
 from ..errors import UsageError
+from ..launchers.interrupts import Stopped, signal_name
 from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
 
@@ -182,8 +186,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plan_here(args: argparse.Namespace) -> int:
-    import tempfile
-
     from ..devices import choose_device
     from ..plan.cost_models import COST_MODELS
     from ..plan.make import probe_plan
@@ -208,9 +210,7 @@ def plan_here(args: argparse.Namespace) -> int:
     check_out_file(args.out)
     workload = workload_from_args(args)
     probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, options, device_type, link)
-    with tempfile.TemporaryDirectory(prefix="scaletrain-plan-") as tmp:
-        probes = [probes_plan.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1)
-                  for i in range(args.probe_rounds)]
+    probes, stopped = measure_rounds(probes_plan, args.probe_rounds)
     shapes = layout_options(args)
     predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options, shapes) for p in probes])
     probe = median_probe(probes)
@@ -229,7 +229,31 @@ def plan_here(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
         print_plan(probe, options, predictions, spreads, step_spreads(probes), len(probes), conclusions)
+    if stopped is not None:
+        print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} after {len(probes)} of {args.probe_rounds} "
+              "probe round(s); the predictions above come from those", file=sys.stderr)
+        return stopped.status
     return 0
+
+
+def measure_rounds(probes_plan, rounds: int) -> tuple[list, Optional[Stopped]]:
+    """The probe rounds' measurements, and the signal (Ctrl-C, SIGTERM, SIGHUP) that ended
+    them early, if one did: the rounds finished by then still make a plan."""
+    import tempfile
+
+    probes = []
+    with tempfile.TemporaryDirectory(prefix="scaletrain-plan-") as tmp:
+        try:
+            for i in range(rounds):
+                probes.append(probes_plan.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1))
+        except (KeyboardInterrupt, Stopped) as exc:
+            stopped = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+            if not probes:
+                print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} before its first probe round was "
+                      "complete; nothing was predicted", file=sys.stderr)
+                raise Stopped(stopped.signum, said=True) from None
+            return probes, stopped
+    return probes, None
 
 
 def spread_pair(spread) -> list | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..errors import UsageError
@@ -27,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
     from ..files import write_text_atomic
 
     runs = load_runs(args.runs)
+    for note in (note for run in runs for note in run.notes):
+        print(f"scaletrain: note: {note}", file=sys.stderr)
     try:
         import matplotlib  # noqa: F401  (found out before anything is written)
     except ImportError:

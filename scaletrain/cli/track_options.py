@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..defaults import LOG_EVERY_SECONDS, LOG_EVERY_STEPS
-from ..track import TRACKER_NAMES
+from ..track import TRACKER_NAMES, UNREACHABLE_CHOICES
 from .parsing import positive_float, positive_int
 
 
@@ -16,6 +16,10 @@ def add_track_arguments(p: argparse.ArgumentParser) -> None:
                    help="also record the run with an experiment tracker, on rank 0: tensorboard (OUT/tensorboard), "
                         "wandb (OUT/wandb; offline without a W&B login or network), mlflow (OUT/mlruns, or "
                         "MLFLOW_TRACKING_URI), csv (OUT/csv); give it several times for several")
+    g.add_argument("--if-tracker-unreachable", choices=UNREACHABLE_CHOICES, default="stop",
+                   help="a tracker whose server does not answer (MLFLOW_TRACKING_URI down) is found in seconds, "
+                        "before training: stop (default) refuses the run in one line; skip trains without it, "
+                        "with a note")
     g.add_argument("--log-every-steps", type=positive_int, default=LOG_EVERY_STEPS, metavar="N",
                    help=f"record the training loss, learning rate and samples/s every N steps (default "
                         f"{LOG_EVERY_STEPS}) or every --log-every-seconds, whichever comes first: a plain line when "

@@ -1,36 +1,41 @@
 """`scaletrain train`: train a workload with a strategy on one or many processes.
 
-Not launched by anything: validate everything, create the output folder, write the run's
-configuration there (config.yaml), then start the processes, which read it back. Started by
-a launcher (torchrun, mpirun, srun, spawn): be one rank.
+Not launched by anything: parse → a validated configuration → launch → ranks that build
+the model once. The flags (and --config file) become one TrainConfig, checked here without
+building the model for real (the strategy's checks get a meta-device model: no memory, no
+time), its defaults resolved; the output folder is created and locked and config.yaml
+written; then the ranks start with that TrainConfig in their argv (cli/train_rank.py) and
+train. Started by a launcher directly (torchrun, mpirun, srun running `-m scaletrain
+train`): be one rank.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from .. import netif
 from ..backends import choose_backend
 from ..devices import choose_device, cpu_cores
 from ..environment import detect
+from ..errors import UsageError
 from ..strategies import REGISTRY, get_strategy, implied_strategy, strategy_names
-from ..track import check_trackers
+from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
-from ..train.finite import TrainingDiverged
 from ..workloads import BUILTIN, get_workload
+from ..workloads.factories import load_factory
 from ..workloads.tasks import TASKS
 from . import config_file
 from .config_file import CONFIG_FILE
 from .launch_options import add_launch_arguments, launch_request, launch_requested, runs_elsewhere
 from .fault_options import (add_fault_arguments, check_continuable, check_fault_flags, check_resume, describe_resume,
-                            fault_config, out_may_hold_files, restart_argv)
-from .outdir import check_out, create_out, default_out, hold_out, owned_by_parent, refuse_if_held
+                            fault_config, out_may_hold_files, resume_on_restart)
+from .outdir import check_out, create_out, default_out, discard_unstarted, hold_out, refuse_if_held
+from .train_rank import said_by_this_rank
 from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, common_option_defaults, strategy_options_from_args
 from .perf_options import add_memory_arguments, add_perf_arguments, apply_perf_options
@@ -128,10 +133,13 @@ def default_nproc(strategy: str) -> int:
     return torch.cuda.device_count() or cpu_cores()
 
 
-def validate(config: TrainConfig, nproc: int, here: bool = True):
+def validate(config: TrainConfig, nproc: int, here: bool = True, if_unreachable: str = "stop"):
     """Everything that can be checked before a process starts, so mistakes cost seconds.
-    Returns the strategy and the model it was checked with. `here`: False for a batch
-    script written for other machines, whose devices this host need not have."""
+    Returns the strategy and the model it was checked with: built on the meta device, so
+    it takes no memory and next to no time (the ranks build the real one, once). `here`:
+    False for a batch script written for other machines, whose devices this host need not
+    have. The data is checked by the ranks, before their first step. A tracker whose
+    server does not answer stops the run here, or is left out (`if_unreachable`)."""
     netif.check_interfaces(os.environ)  # GLOO_SOCKET_IFNAME=eth99 would fail deep inside start-up
     strategy = get_strategy(config.strategy, **config.strategy_options)
     strategy.check_world_size(nproc)
@@ -140,12 +148,27 @@ def validate(config: TrainConfig, nproc: int, here: bool = True):
         choose_backend(config.backend, device.type)
         strategy.check_device(device.type)
     check_trackers(config.trackers)
+    config.trackers = check_reachable(config.trackers, if_unreachable)
     workload = get_workload(config.workload, config.model, config.dataset)
-    model = workload.build_model()
-    strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
     if config.dataset:
-        workload.build_datasets(config.seed)
+        load_factory(config.dataset, "--dataset")  # importable (the ranks build it, and check what it gives)
+    model = meta_model(workload)
+    strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
     return strategy, model
+
+
+def meta_model(workload):
+    """The workload's model with its parameters on the meta device (shapes and names only).
+    A factory that cannot build there (it loads weights from a file, say) is built as it is."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return workload.build_model()
+    except UsageError:
+        raise
+    except Exception:  # noqa: BLE001 - whatever the factory needs that meta tensors lack
+        return workload.build_model()
 
 
 def resume_facts(config: TrainConfig, strategy, world_size: int) -> dict:
@@ -179,8 +202,6 @@ def recorded_nproc(args: argparse.Namespace, nproc: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.loop import train
-
     if args.config:
         argv = args.argv[args.argv.index(NAME) + 1:] if NAME in args.argv else []
         args = config_file.apply(args, build_parser, argv)
@@ -203,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
         for line in args.auto_choice.split(". "):
             print(f"scaletrain: {line.rstrip('.')}.", flush=True)
         config = config_from_args(args)
-    strategy, model = validate(config, nproc, here=not runs_elsewhere(args))
+    strategy, model = validate(config, nproc, here=not runs_elsewhere(args),
+                               if_unreachable=args.if_tracker_unreachable)
     resolve_workload_defaults(config, args)
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()
@@ -220,76 +242,63 @@ def run(args: argparse.Namespace) -> int:
     recorded = record(args, nproc_per_node=recorded_nproc(args, nproc))
     del model  # built for the checks only: a run in this process builds its own
     if nproc == 1 and not launch_requested(args) and not args.max_restarts:
+        from ..train.loop import train
+
+        created = not out.exists()
         with hold_out(out, out_may_hold_files(args, out)):
             config_file.write(out / CONFIG_FILE, recorded)
-            train(config, out, resume_checked=True)
+            try:
+                train(config, out, resume_checked=True)
+            except UsageError:
+                discard_unstarted(out, created)
+                raise
         return 0
-    return launch_ranks(args, out, nproc, recorded, node_rank)
+    return launch_ranks(args, out, nproc, recorded, node_rank, config)
 
 
-def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict, node_rank: int) -> int:
-    """Starts the ranks (and restarts them, with --max-restarts); they read the configuration
-    from the file written here, never from this command line."""
+def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict, node_rank: int,
+                 config: TrainConfig) -> int:
+    """Starts the ranks (and restarts them, with --max-restarts) with the validated
+    configuration in their argv; they parse nothing."""
     from ..launchers import facade
     from ..launchers.plan import Target
     from ..launchers.restart import run_with_restarts
+    from .train_rank import MODULE, rank_args
 
-    with config_for_ranks(args, out, recorded, node_rank) as (config_path, prepare):
-        train_argv = ["train", "--config", str(config_path), "--out", str(out)]
+    # Node 0's command creates the output folder, holds it while the job runs and writes
+    # config.yaml, once every check has passed. Other nodes' commands take nothing; nodes
+    # that number themselves (--rdzv-endpoint) cannot tell which is node 0: their rank 0
+    # holds the folder and writes config.yaml.
+    owns_out = not (node_rank or args.rdzv_endpoint)
+    record = recorded if args.rdzv_endpoint else None
+    created = not out.exists()
+    with contextlib.ExitStack() as held:
+        def prepare() -> None:
+            if owns_out:
+                held.enter_context(hold_out(out, out_may_hold_files(args, out)))
+                config_file.write(out / CONFIG_FILE, recorded)
+            elif not node_rank:
+                create_out(out)
 
         def attempt(number: int) -> int:
-            argv = restart_argv(train_argv, out) if number else train_argv
-            request = launch_request(args, Target(module="scaletrain", args=tuple(argv)), nproc, device=args.device)
+            resume = resume_on_restart(config.resume, out) if number else config.resume
+            this = dataclasses.replace(config, resume=resume)
+            target = Target(module=MODULE, args=rank_args(this, out, record))
+            request = launch_request(args, target, nproc, device=args.device)
             return facade.run(request, args.dry_run, prepare if number == 0 else None)
 
         status = run_with_restarts(attempt, 0 if args.dry_run else args.max_restarts, lambda: describe_resume(out))
-    if args.sbatch and not args.dry_run and status == 0:  # the batch job's ranks read it when the job runs
+        if status == 2 and owns_out and not args.sbatch:  # a one-line mistake the ranks found
+            discard_unstarted(out, created)
+    if args.sbatch and not args.dry_run and status == 0:  # for the user: the batch job's ranks need no file
         config_file.write(create_out(out) / CONFIG_FILE, recorded)
     return status
 
 
-@contextlib.contextmanager
-def config_for_ranks(args: argparse.Namespace, out: Path, recorded: dict, node_rank: int):
-    """(the file the ranks read, a function that writes it once every check has passed).
-
-    One command starting every rank (spawn, mpirun, srun, torchrun on one node, or node 0 of
-    torchrun with --node-rank): the run's own OUT/config.yaml. One command per node, on a
-    node that is not node 0 or may not be (--node-rank N, or --rdzv-endpoint, where the
-    nodes number themselves): a private copy on this node, since OUT may be node 0's folder
-    on a shared filesystem; rank 0 writes OUT/config.yaml then."""
-    # Node 0's command creates the output folder and holds it while the job runs. Nodes that
-    # number themselves (--rdzv-endpoint) cannot tell which is node 0: their rank 0 holds it.
-    owns_out = not (node_rank or args.rdzv_endpoint)
-    held = contextlib.ExitStack()
-
-    def hold() -> None:
-        if owns_out:
-            held.enter_context(hold_out(out, out_may_hold_files(args, out)))
-
-    with held:
-        if not (node_rank or args.rdzv_endpoint):
-            yield out / CONFIG_FILE, lambda: (hold(), config_file.write(out / CONFIG_FILE, recorded))
-            return
-        if args.dry_run:
-            yield Path(tempfile.gettempdir()) / "scaletrain-node-XXXX" / CONFIG_FILE, None
-            return
-        folder = Path(tempfile.mkdtemp(prefix="scaletrain-node-"))
-
-        def prepare() -> None:
-            if not node_rank:
-                create_out(out)
-            hold()
-            config_file.write(folder / CONFIG_FILE, recorded)
-
-        try:
-            yield folder / CONFIG_FILE, prepare
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
-    """One rank of a job started by a launcher: by `scaletrain train` itself (the settings
-    come from the run's config.yaml) or directly by torchrun, mpirun or srun."""
+    """One rank of a job that torchrun, mpirun or srun started directly (`-m scaletrain
+    train ...`): its flags are its own to resolve; rank 0 owns the output folder and writes
+    the run's config.yaml (unless it was started with that very file as --config)."""
     from ..train.loop import train
 
     if args.nproc_per_node and args.nproc_per_node != env.local_world_size:
@@ -298,27 +307,21 @@ def run_rank(args: argparse.Namespace, env, config: TrainConfig) -> int:
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, env.world_size))
     resolve_workload_defaults(config, args)
+    if env.rank == 0:  # the rank that records the run: its trackers' servers must answer
+        config.trackers = check_reachable(config.trackers, args.if_tracker_unreachable)
     own_record = out / CONFIG_FILE
-    by_own_command = bool(args.config) and Path(args.config).absolute() == own_record.absolute()
-    # Decided before rank 0 may take the folder itself (which marks it held in this process):
-    # a `scaletrain train` command holding it has checked the resume and shown its notes.
-    started_by_command = owned_by_parent(out)
+    reads_own_record = bool(args.config) and Path(args.config).absolute() == own_record.absolute()
+    if args.resume == "auto":
+        check_continuable(out, config.epochs, config.max_steps)
     with contextlib.ExitStack() as held:
-        if not by_own_command:
-            # Started by torchrun, mpirun or srun directly (or reading a node's private copy):
-            # rank 0 writes the run's own record, and owns the folder unless the command that
-            # started this node's ranks does.
-            if not started_by_command and args.resume == "auto":
-                check_continuable(out, config.epochs, config.max_steps)
-            if env.rank == 0:
-                if not started_by_command:
-                    held.enter_context(hold_out(out, may_hold_files=True))
+        if env.rank == 0:
+            held.enter_context(hold_out(out, may_hold_files=True))
+            if not reads_own_record:
                 config_file.write(own_record, record(args, nproc_per_node=env.local_world_size, nnodes=env.nnodes))
         try:
-            # Under torchrun/mpirun/srun directly, rank 0 shows the resume's notes.
-            train(config, out, resume_checked=started_by_command)
-        except TrainingDiverged:
-            if env.rank != 0:  # rank 0 says it; the others stop with the same status, silently
-                return TrainingDiverged.STATUS
+            train(config, out)  # rank 0 shows the resume's notes
+        except UsageError as exc:
+            if not said_by_this_rank(exc, env.rank):  # rank 0 says it; the others stop silently
+                return 2
             raise
     return 0

@@ -31,6 +31,14 @@ def bus_factor(op: str, n: int) -> float:
     raise UsageError(f"unknown collective {op!r}; choose from: {', '.join(OPS)} (--ops)")
 
 
+def buffer_bytes(op: str, nbytes: int, n: int) -> float:
+    """Bytes of the buffers one rank holds for `op` at message size `nbytes` on `n` ranks
+    (see comm.collectives: all_gather's and reduce_scatter's S is the whole, each rank's
+    part S/n; a send/recv ring holds a buffer to send and one to receive)."""
+    parts = {"all_gather": 1 + 1 / n, "reduce_scatter": 1 + 1 / n, "sendrecv": 2.0}
+    return nbytes * parts.get(op, 1.0)
+
+
 def algbw(nbytes: float, seconds: float) -> float:
     """Bytes per second."""
     return nbytes / seconds if seconds > 0 else float("inf")

@@ -1,5 +1,7 @@
 """A finished (or still running) run, read back from its folder: summary.json,
-metrics.jsonl and config.yaml, as `scaletrain train` writes them."""
+metrics.jsonl and config.yaml, as `scaletrain train` writes them. A record whose figures
+are not numbers (a file edited by hand, another program's line) is skipped with a note
+naming its line, rather than drawn or tabled wrong."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import UsageError
-from ..train.report import METRICS_FILE, SUMMARY_FILE, read_records
+from ..train.report import METRICS_FILE, SUMMARY_FILE
 
 
 @dataclass
@@ -17,6 +19,7 @@ class RunRecord:
     folder: Path
     label: str
     summary: dict = field(default_factory=dict)  # empty while the run is still going
+    notes: list = field(default_factory=list)  # records skipped, and why
     steps: list = field(default_factory=list)  # "kind": "step" records, in order
     epochs: list = field(default_factory=list)  # "kind": "epoch" records, in order
 
@@ -50,9 +53,37 @@ def load_run(folder: Path) -> RunRecord:
             run.summary = json.loads(summary.read_text())
         except json.JSONDecodeError:
             raise UsageError(f"{summary} is not valid JSON; is it a `scaletrain train` run folder?") from None
-    for record in read_records(metrics):
-        (run.steps if record.get("kind") == "step" else run.epochs).append(record)
+    lines = metrics.read_text(errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        record, problem = _record(line, last=number == len(lines))
+        if problem:
+            run.notes.append(f"skipped line {number} of {metrics}: {problem}")
+        elif record is not None:
+            (run.steps if record.get("kind") == "step" else run.epochs).append(record)
     return run
+
+
+#: Fields of a record that are figures: a number or null (NaN/inf are written as null).
+NUMERIC = ("step", "total_steps", "epoch", "epochs", "lr", "train_loss", "samples_per_second", "eta_seconds",
+           "epoch_seconds", "wall_seconds", "eval_samples", "eval_loss", "eval_accuracy", "eval_perplexity")
+
+
+def _record(line: str, last: bool) -> tuple[Optional[dict], Optional[str]]:
+    """(the record, None), (None, why it is skipped), or (None, None) for a blank line or
+    the last one cut short by a crash (a killed run)."""
+    if not line.strip():
+        return None, None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None, None if last else "not a JSON record"
+    if not isinstance(record, dict):
+        return None, f"not a record ({type(record).__name__})"
+    for key in NUMERIC:
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return None, f"{key} is {value!r}, not a number"
+    return record, None
 
 
 def load_runs(folders: list[Path]) -> list[RunRecord]:

@@ -188,4 +188,17 @@ def check_self_test(backend: Optional[str], timeout_s: float) -> list[Finding]:
     if passed:
         return [*found, Finding(OK, what)]
     return [*found, Finding(PROBLEM, f"{world_size}-rank {chosen} all-reduce self-test failed: {what}",
-                    "run `scaletrain env` and check the backend; on CPU use --backend gloo")]
+                            _self_test_fix(chosen))]
+
+
+def _self_test_fix(backend: str) -> str:
+    """The fix for a failed self-test, by its likely cause."""
+    unknown = netif.unknown_interfaces(os.environ)
+    if unknown:
+        var, value, _missing = unknown[0]
+        return (f"the self-test's processes use {var}={value} too, which names no interface here: set it to one "
+                f"that exists ({', '.join(sorted(netif.interface_names()))}) or unset it")
+    if backend != "gloo":
+        return "run `scaletrain env` to see the usable backends; without a GPU use --backend gloo"
+    return ("run `scaletrain env` and check the network on this machine: loopback must accept connections (a "
+            "firewall rule on lo?), and GLOO_SOCKET_IFNAME, when set, must name a working interface")

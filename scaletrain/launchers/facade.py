@@ -46,11 +46,12 @@ class JobResult:
     frozen: list                     # ranks the teardown guard ended (marks)
 
 
-def run_job(body: Callable[[Job], int]) -> JobResult:
-    """Runs `body(job)` with a fresh folder for failure records, and signals caught."""
+def run_job(body: Callable[[Job], int], announce: bool = True) -> JobResult:
+    """Runs `body(job)` with a fresh folder for failure records, and signals caught
+    (`announce`: said at once; see Interrupts)."""
     error_dir = tempfile.mkdtemp(prefix="scaletrain-errors-")
     try:
-        with Interrupts() as interrupts:
+        with Interrupts(announce) as interrupts:
             code = interrupts.status(body(Job(error_dir, interrupts)))
         result = Path(error_dir, RESULT_FILE)
         records = [r for r in read_records(error_dir) if code or not r.get("guessed")]
@@ -60,10 +61,10 @@ def run_job(body: Callable[[Job], int]) -> JobResult:
         shutil.rmtree(error_dir, ignore_errors=True)
 
 
-def execute(launcher: Launcher, plan: Plan) -> int:
+def execute(launcher: Launcher, plan: Plan, announce: bool = True) -> int:
     """Runs the plan's part for this node; returns the job's exit status, after showing
     the first failure first (after Ctrl-C/SIGTERM: 130/143, and nothing more to say)."""
-    job = run_job(lambda j: launcher.execute(plan, j))
+    job = run_job(lambda j: launcher.execute(plan, j), announce)
     for m in job.frozen:
         print(f"scaletrain: note: rank {m['rank']} on host {m['host']} (pid {m['pid']}) froze in torch's teardown "
               f"after destroying its process group (its main thread held the GIL for {TEARDOWN_GRACE_S:g} s without "
@@ -76,10 +77,12 @@ def execute(launcher: Launcher, plan: Plan) -> int:
     return job.code
 
 
-def run(req: LaunchRequest, dry_run: bool = False, before_start: Optional[Callable[[], object]] = None) -> int:
+def run(req: LaunchRequest, dry_run: bool = False, before_start: Optional[Callable[[], object]] = None,
+        announce: bool = True) -> int:
     """Plan; then print it (dry run), write the batch script (--sbatch), or check and run
     it. `before_start` runs once every check has passed, so that a failed check leaves
-    nothing behind (the trainer creates its output folder there)."""
+    nothing behind (the trainer creates its output folder there). `announce`: a signal that
+    stops the job is said at once (False: the caller says it, with what it means)."""
     launcher, req, plan = prepare(req)
     if dry_run:
         print(plan.render())
@@ -92,7 +95,7 @@ def run(req: LaunchRequest, dry_run: bool = False, before_start: Optional[Callab
     if before_start:
         before_start()
     sys.stdout.flush()
-    return execute(launcher, plan)
+    return execute(launcher, plan, announce)
 
 
 def write_batch(path: Path, text: str) -> None:
@@ -105,13 +108,14 @@ def write_batch(path: Path, text: str) -> None:
         raise UsageError(f"--sbatch {path} cannot be written ({exc.strerror}); choose another path") from None
 
 
-def run_script(script: str, *args: str, nproc: int = 2, module: Optional[str] = None, launcher: str = "spawn") -> int:
+def run_script(script: str, *args: str, nproc: int = 2, module: Optional[str] = None, launcher: str = "spawn",
+               announce: bool = True) -> int:
     """Runs `script` (or `module`, like `python -m`) on `nproc` local ranks; from Python or a
     notebook. Returns the exit status; the first failure's traceback goes to stderr."""
     target = Target(module=module, args=args) if module else Target(script=script, args=args)
-    return run(LaunchRequest(target, launcher=launcher, nproc_per_node=nproc).with_host_facts())
+    return run(LaunchRequest(target, launcher=launcher, nproc_per_node=nproc).with_host_facts(), announce=announce)
 
 
-def spawn(argv: list[str], nproc: int) -> int:
+def spawn(argv: list[str], nproc: int, announce: bool = True) -> int:
     """Runs `scaletrain <argv>` as `nproc` local ranks; returns the job's exit status."""
-    return run_script("", *argv, nproc=nproc, module="scaletrain")
+    return run_script("", *argv, nproc=nproc, module="scaletrain", announce=announce)

@@ -22,6 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Optional, TextIO
 
+from .plan import ERROR_DIR_VAR
+
 FIRST_MARKER = "first"
 RESULT_FILE = "result.pickle"  # rank 0's return value, for scaletrain.launch(fn)
 
@@ -56,36 +58,63 @@ def _write(path: Path, record: dict) -> None:
 
 def write_record(error_dir: Optional[str], rank: int, summary: str, text: str, *, pid: Optional[int] = None,
                  killed: bool = False, status: int = 1, guessed: bool = False,
-                 explained: bool = False) -> Optional[dict]:
+                 explained: bool = False, said: bool = False) -> Optional[dict]:
     """Writes a rank's failure record; returns it, or None when there is no folder.
     `killed`: written by the launcher for a rank a signal killed, the cause whenever its
     peers' errors (written earlier, as they noticed it gone) claim to be first.
-    `explained`: the rank has already said why in its own words (scaletrain's one-line
-    usage errors); the launcher adds nothing to it."""
+    `explained`: the rank said why in its own words (scaletrain's one-line usage errors):
+    the launcher adds nothing to it; `said`: that line is `summary`, for the launcher to
+    show (else the rank printed it)."""
     folder = _folder(error_dir)
     if folder is None:
         return None
     record = {"rank": rank, "host": socket.gethostname(), "pid": pid or os.getpid(), "time": time.time(),
               "summary": summary, "traceback": text, "first": killed or _claim_first(folder), "killed": killed,
-              "status": status, "guessed": guessed, "explained": explained}
+              "status": status, "guessed": guessed, "explained": explained, "said": said}
     # Host and pid in the name: ranks on different hosts may share a folder (and a rank number
     # never repeats within a job, but a restarted rank's pid differs).
     _write(folder / f"rank-{rank}-{record['host']}-{record['pid']}.json", record)
     return record
 
 
+_usage_error_recorded = False
+
+
+def say_usage_error(message: str) -> None:
+    """A one-line mistake (`scaletrain: error: MESSAGE`, exit status 2) found by a rank: it
+    goes to the launcher's folder, and the launcher shows each different line once, so N
+    ranks that find the same mistake print it once. Printed here when no launcher reads
+    the folder (a rank of torchrun, mpirun or srun started directly, a host without it)."""
+    global _usage_error_recorded
+    rank = os.environ.get("RANK", "")
+    folder = _folder(os.environ.get(ERROR_DIR_VAR))
+    if folder is None or not rank.isdigit():
+        print(f"scaletrain: error: {message}", file=sys.stderr, flush=True)
+        return
+    write_record(str(folder), int(rank), message, "", status=2, explained=True, said=True)
+    _usage_error_recorded = True
+
+
+def usage_error_recorded() -> bool:
+    """Whether this process handed a one-line error to its launcher (say_usage_error)."""
+    return _usage_error_recorded
+
+
 def note_sigterm(error_dir: Optional[str], rank: int) -> None:
-    """From now on a SIGTERM leaves a trace in the launcher's folder before it ends this
-    process: written by faulthandler, in C, so even a main thread blocked in a collective
-    leaves it. A rank that got SIGTERM was stopped (by its launcher, after another rank's
-    failure, or by the user), which is never the cause of a failure."""
+    """From now on a SIGTERM (or a SIGHUP, its twin: a closed terminal) leaves a trace in the
+    launcher's folder before it ends this process: written by faulthandler, in C, so even a
+    main thread blocked in a collective leaves it. A rank that got SIGTERM was stopped (by
+    its launcher, after another rank's failure, or by the user), which is never the cause
+    of a failure. A SIGHUP that `nohup` told us to ignore stays ignored."""
     import faulthandler
     import signal as signals
 
     folder = _folder(error_dir)
     if folder is not None:
         trace = open(folder / f"sigterm-{rank}-{socket.gethostname()}-{os.getpid()}.trace", "w")
-        faulthandler.register(signals.SIGTERM, file=trace, all_threads=False, chain=True)
+        for signum in (signals.SIGTERM, signals.SIGHUP):
+            if signals.getsignal(signum) != signals.SIG_IGN:
+                faulthandler.register(signum, file=trace, all_threads=False, chain=True)
 
 
 def _got_sigterm(folder: Path, m: dict) -> bool:
@@ -123,6 +152,11 @@ def _marks(folder: Path, stage: str) -> dict:
             continue
         found[(m["host"], m["pid"])] = m
     return found
+
+
+def any_started(error_dir: str) -> bool:
+    """Whether a rank of this host has started (its runner left a `started` mark)."""
+    return any(Path(error_dir).glob("started-*.mark"))
 
 
 def frozen_in_teardown(error_dir: str) -> list[dict]:
@@ -178,9 +212,13 @@ def signal_summary(exit_code: int) -> str:
 
 def report(records: list[dict], exit_status: int, launcher: str = "the launcher", stream: TextIO = sys.stderr) -> None:
     """The first failing rank's traceback first, with its host; then one line per later failure.
-    Nothing when the first failure was explained by the rank itself (a one-line error above):
-    the lines "rank N failed: exited with status 2" would only bury it."""
+    When the first failure was a rank's one-line error: that line, and any other rank's
+    different one, each once (say_usage_error); "rank N failed: exited with status 2" lines
+    would only bury them."""
     if records and records[0].get("explained"):
+        said = dict.fromkeys(r["summary"] for r in records if r.get("said"))
+        for message in said:
+            print(f"scaletrain: error: {message}", file=stream)
         return
     if not records:
         if exit_status:

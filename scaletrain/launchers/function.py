@@ -2,7 +2,8 @@
 notebook, as `scaletrain launch` runs a script.
 
 Each rank is a fresh process (multiprocessing's `spawn`: no fork of a process that may hold
-threads or a CUDA context) with torch's env:// variables set, so `fn` calls
+threads or a CUDA context; in it, the platform's default start method again) with torch's
+env:// variables set, so `fn` calls
 `scaletrain.init()` or `torch.distributed.init_process_group()` as a script would. `fn` and
 its arguments travel by pickle: `fn` must be importable by name in a new process (defined
 in a module, or in the `__main__` of a script file, not in a notebook cell). Rank 0's
@@ -25,7 +26,7 @@ from .facade import prepare, run_job
 from .failures import RESULT_FILE
 from .plan import ERROR_DIR_VAR, Plan, Target
 from .request import LaunchRequest
-from .spawn import run_children
+from .spawn import RankFunction, run_children
 
 
 class LaunchError(RuntimeError):
@@ -86,7 +87,7 @@ def launch(fn: Callable, nproc: int = 2, args: tuple = (), kwargs: Optional[dict
     launcher, request, plan = prepare(request)
     launcher.preflight(request)
     body = functools.partial(_run_function, fn, tuple(args), kwargs)
-    job = run_job(lambda j: run_children(plan, j, body))
+    job = run_job(lambda j: run_children(plan, j, lambda rank, env: RankFunction(body, plan, env)))
     if job.signum is not None:
         raise KeyboardInterrupt
     if job.code == 0 and not job.records and job.result is not None:

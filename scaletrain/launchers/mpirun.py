@@ -11,7 +11,8 @@ from ..defaults import MASTER_ADDR, MASTER_PORT
 from ..errors import UsageError
 from ..netif import IFNAME_VARS, Choice
 from .base import Job
-from .plan import ERROR_DIR_VAR, Command, Plan, rank_argv
+from .parent_watch import LAUNCHER_VAR
+from .plan import ERROR_DIR_VAR, TERMINAL_VAR, Command, Plan, rank_argv
 from .ports import free_port
 from .preflight import check_interfaces, check_port_free, check_program, warn_if_oversubscribed
 from .processes import run_command
@@ -77,7 +78,8 @@ class MpirunLauncher:
         if n > req.cpu_cores:
             argv.append("--oversubscribe")  # more ranks than cores: Open MPI refuses without it
         argv += _interface_args(req, network)
-        argv += ["-x", f"MASTER_ADDR={req.master_addr}", "-x", f"MASTER_PORT={req.master_port}", "-x", ERROR_DIR_VAR]
+        argv += ["-x", f"MASTER_ADDR={req.master_addr}", "-x", f"MASTER_PORT={req.master_port}", "-x", ERROR_DIR_VAR,
+                 "-x", LAUNCHER_VAR, "-x", TERMINAL_VAR]
         # Variables the ranks need from this shell; each host's interface is chosen on that host.
         for var in ("PYTHONPATH", *IFNAME_VARS):
             if req.environ.get(var):

@@ -4,18 +4,41 @@ and `--dry-run` prints exactly what would run, so tests can assert it."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ..fault.durations import format_duration
+from .parent_watch import LAUNCHER_VAR, this_process
 
 # Every rank runs the user's program through this module: it fills in torch's env://
 # variables from whatever launcher started it, names the network interface, bounds the
 # start-up and the teardown, and records the rank's traceback where the launcher finds it.
 RANK_RUNNER = "scaletrain.launchers.rank"
 ERROR_DIR_VAR = "SCALETRAIN_ERROR_DIR"
+#: "1" or "0": whether the launching command's stdout is a terminal. A rank's own stdout
+#: says nothing about that: mpirun hands its ranks a pseudo-terminal even when its output
+#: goes to a file, and a progress bar's control codes would end up there.
+TERMINAL_VAR = "SCALETRAIN_STDOUT_IS_TERMINAL"
+
+
+def execution_env(error_dir: str) -> dict[str, str]:
+    """What every rank gets besides its plan's variables, when the plan runs: they describe
+    this run of it, so `--dry-run` only names them."""
+    return {ERROR_DIR_VAR: error_dir, LAUNCHER_VAR: this_process(), TERMINAL_VAR: "1" if stdout_is_terminal() else "0"}
+
+
+def stdout_is_terminal() -> bool:
+    """Whether this process's output reaches a terminal (see TERMINAL_VAR)."""
+    given = os.environ.get(TERMINAL_VAR)
+    if given in ("0", "1"):
+        return given == "1"
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -65,7 +88,6 @@ class Plan:
     join_timeout: float = 0.0
     notes: tuple = ()
     batch_script: Optional[str] = None  # Slurm: a ready sbatch script
-    in_process: bool = False            # spawn: ranks are torch.multiprocessing children
 
     @property
     def world_size(self) -> int:
@@ -92,8 +114,10 @@ class Plan:
             for key, value in sorted(command.env.items()):
                 lines.append(f"  env  {key}={shlex.quote(str(value))}")
             lines.append(f"  argv {shlex.join(command.argv)}")
-        if not self.in_process and any(c.runs_here for c in self.commands):
-            lines.append(f"each rank also gets {ERROR_DIR_VAR}=<a new temporary folder> for its traceback")
+        if any(c.runs_here for c in self.commands):
+            lines.append(f"each rank also gets {ERROR_DIR_VAR}=<a new temporary folder> for its traceback, "
+                         f"{LAUNCHER_VAR}=<this command's pid> (a rank stops when its launcher is gone) and "
+                         f"{TERMINAL_VAR}=<whether this command's output is a terminal>")
         if self.join_timeout:
             lines.append(f"start-up: a rank that does not join within {format_duration(self.join_timeout)} "
                          "is named and the job ends (--timeout)")

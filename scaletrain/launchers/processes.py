@@ -9,11 +9,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 from ..defaults import STOP_GRACE_S
-from .failures import note_vanished
+from .failures import any_started, note_vanished, write_record
 from .interrupts import Interrupts
-from .plan import ERROR_DIR_VAR, Command
+from .plan import Command, execution_env
 
 
 def _group_alive(pgid: int) -> bool:
@@ -89,12 +90,21 @@ def stop_group(pgid: int, grace: float = STOP_GRACE_S) -> None:
             return
 
 
-def run_command(command: Command, error_dir: str, interrupts: Interrupts, stop_below: bool = False) -> int:
-    """Runs one command in its own process group; returns its exit status. A Ctrl-C or
-    SIGTERM of ours becomes a SIGTERM to all of it (a second one: SIGKILL). `stop_below`:
+#: Exit status of a job whose ranks never started because the rendezvous of its nodes never
+#: completed (the same as a rank's that gave up waiting for missing peers).
+EXIT_NODES_MISSING = 3
+
+
+def run_command(command: Command, error_dir: str, interrupts: Interrupts, stop_below: bool = False,
+                join: Optional[tuple[float, Callable[[], str]]] = None) -> int:
+    """Runs one command in its own process group; returns its exit status. A Ctrl-C, SIGTERM or
+    SIGHUP of ours becomes a SIGTERM to all of it (a second one: SIGKILL). `stop_below`:
     instead, end the launcher program at once and SIGTERM the ranks below it (torchrun
-    answers a signal with tracebacks of its own, though the user asked for the stop)."""
-    env = {**os.environ, **command.env, ERROR_DIR_VAR: error_dir}
+    answers a signal with tracebacks of its own, though the user asked for the stop).
+    `join`: (seconds, what to say): a launcher program that must first meet the other nodes
+    (torchrun's rendezvous) and has started no rank of this host within that time is
+    stopped, with one line (what to say), and the job ends with EXIT_NODES_MISSING."""
+    env = {**os.environ, **command.env, **execution_env(error_dir)}
     try:
         proc = subprocess.Popen(list(command.argv), env=env, start_new_session=True)
     except FileNotFoundError:
@@ -117,12 +127,21 @@ def run_command(command: Command, error_dir: str, interrupts: Interrupts, stop_b
 
     interrupts.on_signal(forward)
     next_scan = 0.0
+    join_by = time.monotonic() + join[0] if join else None
     try:
         while True:
             try:
                 code = proc.wait(timeout=0.05)
                 break
             except subprocess.TimeoutExpired:
+                if join_by is not None and time.monotonic() > join_by and interrupts.signum is None:
+                    if not any_started(error_dir):  # no rank to wait for: end the launcher program now
+                        write_record(error_dir, -1, join[1](), "", status=EXIT_NODES_MISSING, explained=True,
+                                     said=True)
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                        return EXIT_NODES_MISSING
+                    join_by = None
                 if time.monotonic() > next_scan:
                     below.update(descendants(proc.pid))  # remembered: orphans lose their parent link
                     next_scan = time.monotonic() + 1.0

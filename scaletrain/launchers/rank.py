@@ -16,7 +16,12 @@ under spawn, torchrun, mpirun and srun without a line about launchers in it:
    host where the launcher reads them (and torchrun's error file), so the launcher can show
    the first failure first;
 5. once the program has returned it leaves at once with the program's exit status, without
-   interpreter finalisation (see `finish`).
+   interpreter finalisation (see `finish`);
+6. it stops the rank when its launcher is gone (parent_watch.py), so no rank outlives it.
+
+A rank looks to the program like one torchrun started: a process of its own, with the
+platform's default multiprocessing start method, and the program as `__main__`, so a
+script without `if __name__ == "__main__":` runs its DataLoader workers as under torchrun.
 
 It imports nothing heavy before the program runs: no torch, not the scaletrain package's
 API. A runner that imported them put its own objects, threads and import-time state into
@@ -26,18 +31,34 @@ every rank; see docs/launching.md, "A finished rank always ends".
 from __future__ import annotations
 
 import os
-import runpy
-import sys
-from typing import Callable, Optional
+import signal
 
-from ..defaults import HANG_TIMEOUT_S
-from ..environment import DistEnv, detect
-from ..errors import DetectionError, UsageError
-from ..fault.durations import parse_duration
-from .failures import mark, note_sigterm, user_traceback, write_record
-from .joining import JoinWatch, exit_after
-from .plan import ERROR_DIR_VAR, Target
-from .teardown import TeardownGuard
+
+
+def _end_quietly(*_args) -> None:
+    os._exit(130)
+
+
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    # Until the program runs, Ctrl-C ends this rank at once and without a traceback (the
+    # launcher says it once); run_program gives the program Python's own handler back.
+    signal.signal(signal.SIGINT, _end_quietly)
+
+import runpy  # noqa: E402
+import sys  # noqa: E402
+from typing import Callable, Optional  # noqa: E402
+
+from ..defaults import HANG_TIMEOUT_S  # noqa: E402
+from ..environment import DistEnv, detect  # noqa: E402
+from ..errors import DetectionError, UsageError  # noqa: E402
+from ..fault.durations import parse_duration  # noqa: E402
+from .failures import (mark, note_sigterm, say_usage_error, usage_error_recorded, user_traceback,  # noqa: E402
+                       write_record)
+from .interrupts import STOP_STATUSES  # noqa: E402
+from .joining import JoinWatch, exit_after  # noqa: E402
+from .parent_watch import ParentWatch  # noqa: E402
+from .plan import ERROR_DIR_VAR, Target  # noqa: E402
+from .teardown import TeardownGuard  # noqa: E402
 
 #: Exit status of a rank that gave up waiting for peers that never joined (the same as the
 #: hang watchdog's: a peer is missing).
@@ -115,18 +136,24 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
     `explains_usage_errors`: the program exits with status 2 only after printing its own
     one-line error (scaletrain's commands do), so that exit is recorded without a word."""
     rank = -1
-    watch = None
+    watch = parent = None
     try:
         env = prepare_environment(os.environ)
         rank = env.rank
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")
         note_sigterm(os.environ.get(ERROR_DIR_VAR), rank)
+        parent = ParentWatch(rank).start()
+        if signal.getsignal(signal.SIGINT) is _end_quietly and not explains_usage_errors:
+            # A user's program gets Ctrl-C as Python gives it; scaletrain's own commands keep
+            # ending at once until their imports are done (interrupts.sigint_as_python): a
+            # KeyboardInterrupt raised inside torch's import can break it.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         watch = JoinWatch(env, join_timeout, lambda message: exit_after(
             message, EXIT_PEER_MISSING, lambda m: record_failure(env.rank, m, "", None, EXIT_PEER_MISSING))).start()
         TeardownGuard(lambda: mark(os.environ.get(ERROR_DIR_VAR), env.rank, "teardown")).start()
         body()
     except (UsageError, DetectionError) as exc:
-        print(f"scaletrain: error: {exc}", file=sys.stderr, flush=True)
+        say_usage_error(str(exc))
         return rank, 2
     except SystemExit as exc:
         code = exc.code
@@ -135,7 +162,11 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         status = code if isinstance(code, int) else 1
         if not isinstance(code, int):
             print(code, file=sys.stderr)
+        if status in STOP_STATUSES:  # stopped by Ctrl-C, SIGTERM or SIGHUP: the launcher says it once
+            return rank, status
         if status == 2 and explains_usage_errors:
+            if usage_error_recorded():  # its line went to the launcher (say_usage_error)
+                return rank, status
             write_record(os.environ.get(ERROR_DIR_VAR), rank, "a usage error (its line is above)", "", status=2,
                          explained=True)
             return rank, status
@@ -148,8 +179,9 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
         record_failure(rank, f"{type(exc).__name__}: {exc}".splitlines()[0][:300], text, exc)
         return rank, 1
     finally:
-        if watch is not None:
-            watch.stop()
+        for thread in (watch, parent):
+            if thread is not None:
+                thread.stop()
     return rank, 0
 
 
@@ -157,7 +189,7 @@ def run_target(target: Target, join_timeout: float) -> tuple[int, int]:
     """Runs a launched program as one rank: (rank, exit status). scaletrain's own commands
     print a one-line error before they exit with status 2."""
     return run_program(lambda: run_as_main(target), target.describe(), join_timeout,
-                       explains_usage_errors=target.module == "scaletrain")
+                       explains_usage_errors=(target.module or "").split(".")[0] == "scaletrain")
 
 
 def finish(rank: int, status: int) -> None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional
 
+from .interrupts import STOP_STATUSES
+
 #: Statuses that a restart cannot cure: a usage error (2) fails the same way again, and an
-#: interrupt (130) or termination (143) is the user asking to stop.
-NOT_RESTARTABLE = frozenset({0, 2, 130, 143})
+#: interrupt (130), termination (143) or hang-up (129) is the user asking to stop.
+NOT_RESTARTABLE = frozenset({0, 2, *STOP_STATUSES})
 
 
 def run_with_restarts(execute: Callable[[int], int], max_restarts: int,

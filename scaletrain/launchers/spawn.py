@@ -1,11 +1,17 @@
-"""The spawn launcher: N processes on this machine, children of this Python process
-(multiprocessing's `spawn` start method, so it also works from a notebook). Each child gets
-the variables torchrun would give it, then runs the program through the rank runner, in
-its own process, so a rank behaves the same whoever started it.
+"""The spawn launcher: N processes on this machine, children of this Python process. Each
+rank is a program of its own, the rank runner (`python -m scaletrain.launchers.rank ...
+script.py`) with the variables torchrun would give it: exactly the command `--dry-run`
+shows. So to the user's program a rank looks like a process torchrun started (the
+platform's default multiprocessing start method, the program as `__main__`), and a script
+without `if __name__ == "__main__":` runs its DataLoader workers as it does under torchrun.
+Only `scaletrain.launch(fn)`, whose function travels by pickle, starts its ranks through
+multiprocessing (then resetting the start method to the platform's default).
 
-This process is the parent of every rank, so it knows how each one ended: the first to end
-badly is the cause (by its own record, or by the signal that killed it), the others get
-STOP_GRACE_S to end by themselves, then SIGTERM, then SIGKILL.
+The ranks stay in this process's process group, so Ctrl-C at the terminal reaches them all
+at once, as it reaches this process. This process is the parent of every rank, so it knows
+how each one ended: the first to end badly is the cause (by its own record, or by the
+signal that killed it), the others get STOP_GRACE_S to end by themselves, then SIGTERM,
+then SIGKILL.
 """
 
 from __future__ import annotations
@@ -13,17 +19,20 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
+import subprocess
 import time
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from ..defaults import MASTER_ADDR, STOP_GRACE_S
 from ..errors import UsageError
 from ..netif import Choice
+from . import warm
 from .base import Job, network_env
 from .failures import signal_summary, write_record
 from .interrupts import Interrupts
-from .plan import ERROR_DIR_VAR, Command, Plan, rank_argv
+from .plan import Command, Plan, execution_env, rank_argv
 from .preflight import check_interfaces, check_local_master, check_port_free, warn_if_oversubscribed
 from .request import LaunchRequest
 
@@ -51,65 +60,121 @@ class SpawnLauncher:
         if req.launcher_args:
             raise UsageError("--launcher-args passes arguments to torchrun, mpirun or srun; spawn is no separate "
                              "program: choose one of those launchers or leave --launcher-args out")
-        return replace(req, launcher=self.name, nnodes=1, node_rank=0,
-                       nproc_per_node=req.nproc_per_node or req.default_nproc,
-                       master_addr=req.master_addr or MASTER_ADDR, master_port=req.master_port or PORT_AT_START)
+        req = replace(req, launcher=self.name, nnodes=1, node_rank=0,
+                      nproc_per_node=req.nproc_per_node or req.default_nproc,
+                      master_addr=req.master_addr or MASTER_ADDR, master_port=req.master_port or PORT_AT_START)
+        check_local_master(req)  # here, not in preflight: --dry-run must not show a plan that cannot run
+        return req
 
     def plan(self, req: LaunchRequest, network: Optional[Choice] = None) -> Plan:
         commands = []
         for rank, env in enumerate(spawn_environments(req.nproc_per_node, req.master_port, req.master_addr)):
             env.update(network_env(network))
+            if "OMP_NUM_THREADS" not in req.environ:
+                # As torchrun does, so that no rank's thread pool starts with every core; here
+                # the threads scaletrain gives a process (the cores shared among the ranks).
+                env["OMP_NUM_THREADS"] = str(max(1, req.cpu_cores // req.nproc_per_node))
             commands.append(Command(f"rank {rank} (a child process of this one)",
                                     tuple(rank_argv(req.target, req.timeout, req.python)), env))
         return Plan(self.name, tuple(commands), req.target, 1, req.nproc_per_node, node_rank=0,
-                    join_timeout=req.timeout, in_process=True)
+                    join_timeout=req.timeout)
 
     def preflight(self, req: LaunchRequest) -> None:
         check_interfaces(req)
-        check_local_master(req)
         warn_if_oversubscribed(req)
         if req.master_port != PORT_AT_START:
             check_port_free(req, req.master_addr, req.master_port)
 
     def execute(self, plan: Plan, job: Job) -> int:
-        return run_children(plan, job, _run_rank_program)
+        argvs = [command.argv for command in plan.commands]
+        return run_children(plan, job, lambda rank, env: RankCommand(argvs[rank], env))
 
 
 LAUNCHER = SpawnLauncher()
 
 
-def _run_rank_program(plan: Plan) -> None:
-    """What each child does: the rank runner, in this process."""
-    from .rank import finish, run_target
+class RankProcess(Protocol):
+    """A started rank: a program (subprocess) or a function (multiprocessing)."""
 
-    rank, status = run_target(plan.target, plan.join_timeout)
-    finish(rank, status)
+    pid: Optional[int]
+
+    def exit_status(self) -> Optional[int]:
+        """None while it runs; then its exit status (-N: killed by signal N)."""
+
+    def wait(self, timeout: Optional[float]) -> None:
+        """Waits up to `timeout` seconds (None: for ever) for it to end, and reaps it."""
 
 
-def _child(body: Callable, plan: Plan, env: dict, error_dir: str) -> None:
+class RankCommand:
+    """A rank started as a program of its own, with this process's environment plus `env`
+    (in a warm interpreter when the command started some: warm.py)."""
+
+    def __init__(self, argv, env: dict):
+        environ = {**os.environ, **env}
+        self.popen = warm.take(argv, environ) or subprocess.Popen(list(argv), env=environ)
+        self.pid = self.popen.pid
+
+    def exit_status(self) -> Optional[int]:
+        return self.popen.poll()
+
+    def wait(self, timeout: Optional[float]) -> None:
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class RankFunction:
+    """A rank started by multiprocessing's `spawn`, running `body(plan)` (scaletrain.launch(fn))."""
+
+    def __init__(self, body: Callable[[Plan], None], plan: Plan, env: dict):
+        self.process = multiprocessing.get_context("spawn").Process(target=_function_child, args=(body, plan, env),
+                                                                   name=f"rank-{env['RANK']}")
+        self.process.start()
+        self.pid = self.process.pid
+
+    def exit_status(self) -> Optional[int]:
+        return self.process.exitcode
+
+    def wait(self, timeout: Optional[float]) -> None:
+        self.process.join(timeout)
+
+
+def _function_child(body: Callable[[Plan], None], plan: Plan, env: dict) -> None:
     os.environ.update(env)
-    os.environ[ERROR_DIR_VAR] = error_dir
+    multiprocessing.set_start_method(None, force=True)  # the platform's default again, as under torchrun
     body(plan)
 
 
-def _host_store(environments: list[dict[str, str]]):
-    """When no port was asked for, this process hosts the rendezvous store itself on a port
-    the OS picks as it binds (no gap in which another program could take it), and the
-    ranks join it as clients, as torchrun's workers join their agent's store."""
-    from torch.distributed import TCPStore
+class _Rendezvous:
+    """When no port was asked for, this process hosts the rendezvous store on a port the OS
+    picks as it binds (no gap in which another program could take it), and the ranks join
+    it as clients, as torchrun's workers join their agent's store. The socket is bound
+    before the ranks start and handed to the store afterwards, so that the ranks start
+    while this process is still importing torch (they queue on the socket until then)."""
 
-    store = TCPStore(environments[0]["MASTER_ADDR"], 0, len(environments), is_master=True,
-                     wait_for_workers=False, use_libuv=True)
-    for env in environments:
-        env.update(MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
-    return store
+    def __init__(self, address: str):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        self.socket = socket.create_server((address, 0), family=family, backlog=1024)
+        self.port = self.socket.getsockname()[1]
+        self.store = None
+
+    def serve(self, world_size: int) -> None:
+        from torch.distributed import TCPStore
+
+        self.store = TCPStore(self.socket.getsockname()[0], self.port, world_size, is_master=True,
+                              wait_for_workers=False, master_listen_fd=self.socket.fileno(), use_libuv=True)
+        self.socket.detach()  # the store owns the socket now, and closes it
+
+    def close(self) -> None:
+        self.store = None  # closes the rendezvous once every rank is done with it
+        self.socket.close()
 
 
-def _stop(processes: list, grace: float) -> None:
+def _stop(processes: list[RankProcess], grace: float) -> None:
     """SIGTERM the live ones, wait `grace`, SIGKILL whatever is left; reap everything."""
-    started = [p for p in processes if p.pid is not None]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        live = [p for p in started if p.is_alive()]
+        live = [p for p in processes if p.exit_status() is None]
         for p in live:
             try:
                 os.kill(p.pid, sig)
@@ -117,52 +182,64 @@ def _stop(processes: list, grace: float) -> None:
                 pass
         deadline = time.monotonic() + grace
         for p in live:
-            p.join(max(0.0, deadline - time.monotonic()))
-    for p in started:
-        p.join()
+            p.wait(max(0.0, deadline - time.monotonic()))
+    for p in processes:
+        p.wait(None)
 
 
-def _wait_for_first_failure(processes: list, interrupts: Interrupts) -> Optional[int]:
+#: How often the ranks' states are looked at while they run.
+POLL_S = 0.05
+
+
+def _wait_for_first_failure(processes: list[RankProcess], interrupts: Interrupts) -> Optional[int]:
     """Waits until every process has ended (None) or one ended badly (its index), or a
     signal was received (-1)."""
-    from multiprocessing.connection import wait
-
-    pending = {p.sentinel: i for i, p in enumerate(processes)}
+    pending = list(range(len(processes)))
     while pending:
         if interrupts.signum is not None:
             return -1
-        for sentinel in wait(list(pending), timeout=0.5):
-            index = pending.pop(sentinel)
-            processes[index].join()
-            if processes[index].exitcode != 0:
+        for index in list(pending):
+            status = processes[index].exit_status()
+            if status is None:
+                continue
+            pending.remove(index)
+            if status != 0:
                 return index
+        if pending:
+            time.sleep(POLL_S)
     return None
 
 
-def run_children(plan: Plan, job: Job, body: Callable[[Plan], None]) -> int:
-    """Runs `body(plan)` in one child per rank, with that rank's variables; returns the
+def run_children(plan: Plan, job: Job, start: Callable[[int, dict], RankProcess]) -> int:
+    """Starts one process per rank with `start(rank, that rank's variables)`; returns the
     job's exit status (the first failing rank's)."""
     environments = [dict(command.env) for command in plan.commands]
-    store = _host_store(environments) if environments[0]["MASTER_PORT"] == PORT_AT_START else None
-    context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_child, args=(body, plan, env, job.error_dir), name=f"rank-{rank}")
-                 for rank, env in enumerate(environments)]
+    rendezvous = _Rendezvous(environments[0]["MASTER_ADDR"]) if environments[0]["MASTER_PORT"] == PORT_AT_START \
+        else None
+    for env in environments:
+        env.update(execution_env(job.error_dir))
+        if rendezvous is not None:
+            env.update(MASTER_PORT=str(rendezvous.port), TORCHELASTIC_USE_AGENT_STORE="True")
+    processes: list[RankProcess] = []
     try:
-        for p in processes:
-            p.start()
+        for rank, env in enumerate(environments):
+            processes.append(start(rank, env))
+        if rendezvous is not None:
+            rendezvous.serve(len(environments))
         return _outcome(processes, job)
     finally:
         _stop(processes, STOP_GRACE_S)
-        del store  # closes the rendezvous once every rank is done with it
+        if rendezvous is not None:
+            rendezvous.close()
 
 
-def _outcome(processes: list, job: Job) -> int:
+def _outcome(processes: list[RankProcess], job: Job) -> int:
     failed = _wait_for_first_failure(processes, job.interrupts)
     if failed is None:
         return 0
     if failed == -1:
         return job.interrupts.status(1)
-    code = processes[failed].exitcode
+    code = processes[failed].exit_status()
     if code < 0 and job.interrupts.signum is None:  # killed by a signal: it wrote nothing, so say it here
         write_record(job.error_dir, failed, signal_summary(code), "", pid=processes[failed].pid, killed=True)
     # The others get a grace period to end by themselves (their watchdogs name the
@@ -171,5 +248,5 @@ def _outcome(processes: list, job: Job) -> int:
     for p in processes:
         if job.interrupts.signum is not None:
             break
-        p.join(max(0.0, deadline - time.monotonic()))
+        p.wait(max(0.0, deadline - time.monotonic()))
     return job.interrupts.status(code if code > 0 else 1)

@@ -11,6 +11,7 @@ from .. import netif
 from ..defaults import MASTER_ADDR, MASTER_PORT
 from ..environment import detect
 from ..errors import UsageError
+from ..fault.durations import format_duration
 from ..netif import Choice
 from .base import Job, network_env
 from .plan import RANK_RUNNER, Command, Plan, runner_args
@@ -99,7 +100,25 @@ class TorchrunLauncher:
 
     def execute(self, plan: Plan, job: Job) -> int:
         (command,) = plan.commands
-        return run_command(command, job.error_dir, job.interrupts, stop_below=True)
+        join = None
+        if plan.join_timeout and (plan.nnodes > 1 or plan.node_rank is None):
+            # torchrun's rendezvous of the nodes comes before any rank starts, so the ranks'
+            # own start-up bound cannot apply to it: this one does.
+            join = (plan.join_timeout, lambda: _nodes_missing(plan))
+        return run_command(command, job.error_dir, job.interrupts, stop_below=True, join=join)
+
+
+def _nodes_missing(plan: Plan) -> str:
+    label = format_duration(plan.join_timeout)
+    argv = list(plan.commands[0].argv)
+    where = argv[argv.index("--rdzv-endpoint") + 1] if "--rdzv-endpoint" in argv else \
+        f"{argv[argv.index('--master-addr') + 1]}:{argv[argv.index('--master-port') + 1]}"
+    others = "the other node(s)" if plan.node_rank is None else \
+        "node(s) " + ", ".join(str(r) for r in range(plan.nnodes) if r != plan.node_rank)
+    each = "" if plan.node_rank is None else " (each with its own --node-rank)"
+    return (f"torchrun's rendezvous of {plan.nnodes} nodes at {where} did not complete within {label}: {others} "
+            f"never joined, so no rank started here; start the same command on every node{each}, check that "
+            f"they reach {where}, or wait longer with --timeout (--timeout {label})")
 
 
 LAUNCHER = TorchrunLauncher()

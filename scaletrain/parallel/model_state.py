@@ -17,10 +17,16 @@ from typing import Iterable, Optional
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
 
 from ..context import ProcessContext
+
+
+def _state_dict():
+    """torch.distributed.checkpoint.state_dict, imported when a state is first taken or put
+    back: it takes most of a second, which a process that never does should not pay."""
+    from torch.distributed.checkpoint import state_dict
+
+    return state_dict
 
 
 def local_part(t: torch.Tensor) -> torch.Tensor:
@@ -86,8 +92,8 @@ def retarget_optimizer(optimizer: Optional[torch.optim.Optimizer], before: dict[
     return optimizer
 
 
-def _options(**kwargs) -> StateDictOptions:
-    return StateDictOptions(flatten_optimizer_state_dict=True, **kwargs)
+def _options(**kwargs):
+    return _state_dict().StateDictOptions(flatten_optimizer_state_dict=True, **kwargs)
 
 
 def _optimizers(optimizer: Optional[torch.optim.Optimizer]) -> tuple:
@@ -101,7 +107,7 @@ def _has_params(optimizer: Optional[torch.optim.Optimizer]) -> bool:
 def full_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> dict:
     """Collective: rank 0 gets the whole, unsharded state on the CPU, the others {}
     (no rank but the writer holds a second copy of the model)."""
-    model_sd, optim_sd = get_state_dict(module, _optimizers(optimizer),
+    model_sd, optim_sd = _state_dict().get_state_dict(module, _optimizers(optimizer),
                                         options=_options(full_state_dict=True, cpu_offload=True))
     if not model_sd:
         return {}
@@ -117,13 +123,14 @@ def load_full_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer
     has with broadcast_from_rank0), set_state_dict treats the call as optimizer-only on
     those ranks and skips the model's broadcast that rank 0 then waits for (torch 2.13).
     The optimizer goes first, as in set_state_dict: initialising its state takes a step."""
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    sd = _state_dict()
+    options = sd.StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     if optimizer is not None and state.get("optimizer") is not None:  # the same answer on every rank
         # Nested here: torch 2.13 cannot load a flattened optimizer state in this mode (it
         # flattens its own local copy too and hands the optimizer a flat dict).
         nested = nest_optimizer_state(module, optimizer, state["optimizer"]) if state["optimizer"] else {}
-        set_optimizer_state_dict(module, (optimizer,), nested, options=options)
-    set_model_state_dict(module, state.get("model", {}), options=options)
+        sd.set_optimizer_state_dict(module, (optimizer,), nested, options=options)
+    sd.set_model_state_dict(module, state.get("model", {}), options=options)
 
 
 def nest_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, flat: dict) -> dict:
@@ -151,16 +158,16 @@ def nest_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, fl
 def local_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> dict:
     """This process's own state, not gathered: DTensor shards under FSDP, plain tensors
     elsewhere. Moved nowhere: a sharded save writes it as it is."""
-    model_sd, optim_sd = get_state_dict(module, _optimizers(optimizer), options=_options())
+    model_sd, optim_sd = _state_dict().get_state_dict(module, _optimizers(optimizer), options=_options())
     return {"model": model_sd, "optimizer": optim_sd if _has_params(optimizer) else {}}
 
 
 def load_local_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer], state: dict) -> None:
     """Puts back a state shaped like local_state's (each process its own share)."""
-    options = _options()
+    sd, options = _state_dict(), _options()
     if _has_params(optimizer) and state.get("optimizer"):
-        set_optimizer_state_dict(module, (optimizer,), state["optimizer"], options=options)
-    set_model_state_dict(module, state["model"], options=options)
+        sd.set_optimizer_state_dict(module, (optimizer,), state["optimizer"], options=options)
+    sd.set_model_state_dict(module, state["model"], options=options)
 
 
 class ModuleState:

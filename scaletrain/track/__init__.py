@@ -14,9 +14,10 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ..errors import UsageError
+from ..files import disk_full, is_disk_full, writing
 from .base import Tracker
 
 
@@ -56,6 +57,37 @@ def check_trackers(specs: Iterable[TrackerSpec]) -> None:
                              f"and finish methods, not {spec!r}")
 
 
+#: What a tracker that cannot be reached (a tracking server that is down) does to a run:
+#: stop it before it starts, in one line, or let it train without that tracker, with a note.
+UNREACHABLE_CHOICES = ("stop", "skip")
+
+
+def unreachable(specs: Iterable[TrackerSpec]) -> dict[str, str]:
+    """name -> why, for each named tracker whose server does not answer (in seconds)."""
+    found = {}
+    if "mlflow" in list(specs):
+        from .mlflow_tracker import server_problem
+
+        problem = server_problem()
+        if problem:
+            found["mlflow"] = problem
+    return found
+
+
+def check_reachable(specs: Sequence[TrackerSpec], if_unreachable: str = "stop") -> list:
+    """The trackers to open: all of `specs`, once every server they name answers; else a
+    UsageError (stop), or `specs` without the unreachable ones and a note for each (skip)."""
+    problems = unreachable(specs)
+    if problems and if_unreachable != "skip":
+        name, why = next(iter(problems.items()))
+        raise UsageError(f"--tracker {name}: {why}; start it, unset MLFLOW_TRACKING_URI to write OUT/mlruns instead, "
+                         "or train without it: --if-tracker-unreachable skip")
+    for name, why in problems.items():
+        print(f"scaletrain: note: {why}; training without the {name} tracker (--if-tracker-unreachable skip)",
+              file=sys.stderr, flush=True)
+    return [spec for spec in specs if not (isinstance(spec, str) and spec in problems)]
+
+
 def _installed(package: str) -> bool:
     if package in sys.modules:  # also None there: an import that is known to fail
         return sys.modules[package] is not None
@@ -71,6 +103,7 @@ def open_trackers(specs: Sequence[TrackerSpec], directory: Path, run_name: Optio
     check_trackers(specs)
     if not active or not specs:
         return Trackers([])
+    check_reachable(specs)  # found in seconds, not after a client's minutes of retries
     directory = Path(directory)
     name = run_name or directory.absolute().name
     opened = []
@@ -78,18 +111,42 @@ def open_trackers(specs: Sequence[TrackerSpec], directory: Path, run_name: Optio
         if isinstance(spec, str):
             kind = KINDS[spec]
             cls = getattr(importlib.import_module(f"{__name__}.{kind.module}"), kind.cls)
-            opened.append(cls(directory, name))
+            with writing(directory):
+                opened.append(cls(directory, name))
         else:
             opened.append(spec)
     return Trackers(opened)
 
 
 class Trackers:
-    """Forwards to every tracker; values are turned into plain floats first (tensors too)."""
+    """Forwards to every tracker; values are turned into plain floats first (tensors too).
+    A tracker that cannot write because the disk is full raises DiskFull (one line); the
+    trackers are then closed as far as they can be, and later calls do nothing."""
 
     def __init__(self, trackers: list[Tracker]):
         self.trackers = trackers
         self._finished = False
+
+    def _each(self, call: Callable[[Tracker], None]) -> None:
+        for tracker in self.trackers:
+            try:
+                call(tracker)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                self._finished = True
+                self._close_quietly()
+                filename = getattr(exc, "filename", None)
+                what = str(filename) if filename else getattr(tracker, "where", type(tracker).__name__)
+                raise disk_full(what, Path(filename).parent if filename else getattr(tracker, "directory", None)) \
+                    from None
+
+    def _close_quietly(self) -> None:
+        for tracker in self.trackers:
+            try:
+                tracker.finish(None)
+            except Exception:  # noqa: BLE001 - closing what can be closed after a failed write
+                pass
 
     def __bool__(self) -> bool:
         return bool(self.trackers)
@@ -99,21 +156,18 @@ class Trackers:
         return ", ".join(getattr(t, "where", type(t).__name__) for t in self.trackers)
 
     def log_config(self, config: Mapping[str, Any]) -> None:
-        for tracker in self.trackers:
-            tracker.log_config(config)
+        if not self._finished:
+            self._each(lambda tracker: tracker.log_config(config))
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        if not self.trackers:
+        if not self.trackers or self._finished:
             return
         scalars = {name: _scalar(name, value) for name, value in metrics.items()}
-        for tracker in self.trackers:
-            tracker.log(scalars, int(step))
+        self._each(lambda tracker: tracker.log(scalars, int(step)))
 
     def resumed(self, step: int) -> None:
         """The run continues from a checkpoint at `step`, in the folder of its earlier records."""
-        for tracker in self.trackers:
-            if hasattr(tracker, "resumed"):
-                tracker.resumed(step)
+        self._each(lambda tracker: tracker.resumed(step) if hasattr(tracker, "resumed") else None)
 
     def finish(self, summary: Optional[Mapping[str, Any]] = None) -> None:
         """Once; later calls do nothing (Run.close finishes whatever the loop did not)."""
@@ -122,8 +176,7 @@ class Trackers:
         self._finished = True
         if summary is not None:
             summary = {k: v for k, v in summary.items() if not (isinstance(v, float) and not math.isfinite(v))}
-        for tracker in self.trackers:
-            tracker.finish(summary)
+        self._each(lambda tracker: tracker.finish(summary))
 
 
 def _scalar(name: str, value: Any) -> float:

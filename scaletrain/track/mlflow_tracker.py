@@ -9,9 +9,11 @@ MLFLOW_EXPERIMENT_NAME, else "scaletrain"; the run is named after the output fol
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
+from urllib.parse import urlparse
 
 import yaml
 
@@ -23,6 +25,27 @@ PARAM_LIMIT = 500
 
 def tracking_uri(directory: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or (Path(directory).absolute() / "mlruns").as_uri()
+
+
+#: Seconds to wait for the tracking server to accept a connection. MLflow's own client
+#: retries a server that is down for minutes before it fails with a traceback.
+ANSWER_S = 5.0
+
+
+def server_problem(environ=os.environ) -> Optional[str]:
+    """Why the tracking server MLFLOW_TRACKING_URI names cannot be reached, or None (no
+    server named: a file store, a database; or it accepts connections)."""
+    uri = environ.get("MLFLOW_TRACKING_URI") or ""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return None
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        with socket.create_connection((parsed.hostname, port), timeout=ANSWER_S):
+            return None
+    except (OSError, ValueError) as exc:
+        reason = "no answer" if isinstance(exc, socket.timeout) else (getattr(exc, "strerror", None) or str(exc))
+        return f"the MLflow tracking server at {uri} (MLFLOW_TRACKING_URI) cannot be reached ({reason})"
 
 
 class MlflowTracker:

@@ -7,14 +7,18 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Optional
+
+from ..files import is_disk_full
 
 
 class TensorBoardTracker:
     def __init__(self, directory: Path, run_name: str):
         from torch.utils.tensorboard import SummaryWriter
 
+        _quiet_writer_threads()
         self._writer_class = SummaryWriter
         self.writer = SummaryWriter(log_dir=str(Path(directory) / "tensorboard"))
         self._last_step = 0
@@ -42,6 +46,28 @@ class TensorBoardTracker:
         if summary is not None:
             self.writer.add_text("summary", _as_markdown_code(summary), global_step=self._last_step)
         self.writer.close()
+
+
+_quieted = False
+
+
+def _quiet_writer_threads() -> None:
+    """TensorBoard writes from a thread of its own; a write that fails there (a full disk)
+    is raised again by the next call in the run's thread, where it becomes one line
+    (scaletrain.files.DiskFull). Python would also print it from the dying thread as a
+    traceback: not for a full disk."""
+    global _quieted
+    if _quieted:
+        return
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if type(args.thread).__module__.startswith("tensorboard.") and is_disk_full(args.exc_value):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    _quieted = True
 
 
 def _as_markdown_code(values: Mapping[str, Any]) -> str:

@@ -30,9 +30,11 @@ _NONE = math.inf  # "no non-finite step seen", as the MIN reduction wants it
 class TrainingDiverged(UsageError):
     """The loss, gradients or weights went non-finite: going on would train nothing and
     could only write NaN over good checkpoints. Not a usage error of a flag, but like one
-    it fails the same way every time (a restart would not cure it): exit status 2."""
+    it fails the same way every time (a restart would not cure it): exit status 2. Every
+    rank reaches the same verdict (one all-reduce) and raises it."""
 
     STATUS = 2
+    same_on_every_rank = True
 
 
 class NonFiniteGuard:

@@ -2,6 +2,8 @@
 
 - On a terminal: a progress bar and one line per epoch. Otherwise (a log file, a batch
   job): a plain line per step record instead of the bar, flushed at once, no control codes.
+  Whether stdout is a terminal is the launching command's answer when it gave one (mpirun
+  hands its ranks a pseudo-terminal even when its own output goes to a file).
 - `metrics.jsonl`: one JSON line per record, `"kind": "step"` (every few steps) or
   `"kind": "epoch"` (held-out metrics). A resumed run first drops the records of the steps
   and epochs it is about to do again, so no step or epoch appears twice.
@@ -21,11 +23,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from ..files import append_jsonl, write_json_atomic, write_text_atomic
+from ..errors import as_flags
+from ..files import append_jsonl, write_json_atomic, write_text_atomic, writing
+from ..launchers.plan import stdout_is_terminal
 from ..track import Trackers
 from .steps import format_eta
 
@@ -43,7 +43,8 @@ class Reporter:
     def __init__(self, is_main: bool, out: Path, trackers: Optional[Trackers] = None):
         self.is_main = is_main
         self.out = Path(out)
-        self.console = Console(file=sys.stdout, highlight=False)
+        self.terminal = stdout_is_terminal()
+        self._console = None
         self.trackers = trackers or Trackers([])
         self.wall_offset = 0.0  # seconds of the run before this process (a resumed run)
         self._resumed_at: Optional[int] = None
@@ -51,21 +52,41 @@ class Reporter:
         if is_main:
             self.out.mkdir(parents=True, exist_ok=True)
 
+    @property
+    def console(self):
+        """rich's console, for a terminal's bar and the summary table (made when first needed)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=sys.stdout, highlight=False, force_terminal=self.terminal)
+        return self._console
+
     def say(self, text: str) -> None:
-        if self.is_main:
-            self.console.print(text, soft_wrap=True)
-            self.console.file.flush()  # a log file sees it now, not when the buffer fills
+        if not self.is_main:
+            return
+        text = as_flags(text)  # settings named in a note, as the flags the user types
+        if self.terminal:
+            self.console.print(text, soft_wrap=True, markup=False)
+            self.console.file.flush()
+        else:
+            print(text, flush=True)  # a log file sees it now, not when the buffer fills
 
     def start_at(self, step: int, epoch: int) -> bool:
-        """The run continues after `step`, in `epoch` (1-based): the records of what is about
+        """Called as training begins (everything is built, any checkpoint loaded); metrics.jsonl
+        exists from then on. The run continues after `step`, in `epoch` (1-based): the records of what is about
         to be done again are dropped. An epoch whose last step is `step` keeps its record (its
         checkpoint was taken before its evaluation), and is not recorded again. True when the
         folder held records of an earlier attempt (the trackers then drop theirs too)."""
         path = self.out / METRICS_FILE
-        if not self.is_main or not path.exists():
+        if not self.is_main:
+            return False
+        if not path.exists():
+            with writing(path):
+                path.touch()  # training begins: the folder now holds a run (see cli/outdir.discard_unstarted)
             return False
         kept = [r for r in read_records(path) if _before(r, step, epoch)]
-        write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        with writing(path):
+            write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         self.wall_offset = max((r.get("wall_seconds") or 0.0 for r in kept), default=0.0)
         self._recorded_epochs = {r.get("epoch") for r in kept if r.get("kind") != "step"}
         self._resumed_at = step if step else None
@@ -74,9 +95,11 @@ class Reporter:
     @contextlib.contextmanager
     def progress(self, total: int, label: str):
         """Yields a function to call once per step. A bar only on an interactive terminal."""
-        if not (self.is_main and self.console.is_terminal):
+        if not (self.is_main and self.terminal):
             yield lambda: None
             return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # a terminal's
+
         bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        console=self.console, transient=True)
         with bar:
@@ -86,12 +109,13 @@ class Reporter:
     def step(self, record: dict) -> None:
         if not self.is_main:
             return
-        append_jsonl(self.out / METRICS_FILE, strict_json(record))
+        with writing(self.out / METRICS_FILE):
+            append_jsonl(self.out / METRICS_FILE, strict_json(record))
         scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"]}
         if "train_loss" in record:
             scalars["train/loss"] = record["train_loss"]
         self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
-        if not self.console.is_terminal:  # the bar shows progress on a terminal
+        if not self.terminal:  # the bar shows progress on a terminal
             loss = f"loss {record['train_loss']:.4f}" if "train_loss" in record else "loss (on the last stage)"
             lr = f"  lr {record['lr']:.3g}" if record["lr"] is not None else ""
             print(f"step {record['step']:>6}/{record['total_steps']}  epoch {record['epoch']}/{record['epochs']}  "
@@ -104,23 +128,34 @@ class Reporter:
         if self._resumed_at is not None:  # the first epoch record after a resume says so
             record = {**record, "resumed_at_step": self._resumed_at}
             self._resumed_at = None
-        append_jsonl(self.out / METRICS_FILE, strict_json(record))
+        if not record["samples_per_second"]:
+            # No batch of it trained here: a run resumed from a checkpoint taken at the epoch's
+            # end (into another folder, or killed before the epoch's record): its speed was
+            # measured by the run that trained it, not 0.
+            record = {**record, "samples_per_second": None}
+        with writing(self.out / METRICS_FILE):
+            append_jsonl(self.out / METRICS_FILE, strict_json(record))
         self.trackers.log({**{f"eval/{name}": record[f"eval_{name}"] for name in EVAL_METRICS
                               if record.get(f"eval_{name}") is not None},
                            "train/epoch_loss": record["train_loss"],
-                           "train/epoch_samples_per_second": record["samples_per_second"],
+                           **({"train/epoch_samples_per_second": record["samples_per_second"]}
+                              if record["samples_per_second"] is not None else {}),
                            "epoch": record["epoch"]}, record["step"])
         held_out = "  ".join(f"held-out {EVAL_METRICS[name]} {record[f'eval_{name}']:.4f}" for name in EVAL_METRICS
                              if record.get(f"eval_{name}") is not None) if record["eval_samples"] else \
             "held-out: none (the held-out set is empty)"
-        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  "
-                 f"{held_out}  {record['samples_per_second']:,.0f} samples/s")
+        speed = (f"{record['samples_per_second']:,.0f} samples/s" if record["samples_per_second"] is not None else
+                 "trained before the resume")
+        self.say(f"epoch {record['epoch']:>3}/{record['epochs']}  loss {record['train_loss']:.4f}  {held_out}  {speed}")
 
     def finish(self, summary: dict) -> None:
         if not self.is_main:
             return
-        write_json_atomic(self.out / SUMMARY_FILE, strict_json(summary))
+        with writing(self.out / SUMMARY_FILE):
+            write_json_atomic(self.out / SUMMARY_FILE, strict_json(summary))
         self.trackers.finish({k: v for k, v in summary.items() if v is not None})  # they drop NaN/inf themselves
+        from rich.table import Table
+
         table = Table(title="scaletrain summary", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value", overflow="fold")

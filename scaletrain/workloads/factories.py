@@ -25,6 +25,9 @@ def build_user_datasets(spec: str, seed: int, held_out_fraction: float = 0.2) ->
 
     made = _call(load_factory(spec, "--dataset"), spec, "--dataset")
     if isinstance(made, (tuple, list)) and len(made) == 2 and all(isinstance(d, Dataset) for d in made):
+        if _length(made[0]) == 0:
+            raise UsageError(f"--dataset {spec!r}: its training split is empty (0 samples); return a (train, "
+                             "held_out) pair whose first part holds samples")
         return made[0], made[1]
     if not isinstance(made, Dataset):
         raise UsageError(f"--dataset {spec!r} returned {type(made).__name__}; "
@@ -35,6 +38,14 @@ def build_user_datasets(spec: str, seed: int, held_out_fraction: float = 0.2) ->
         raise UsageError(f"--dataset {spec!r} has {n} samples; need at least 2 to hold some out")
     train, test = random_split(made, [n - held_out, held_out], generator=torch.Generator().manual_seed(seed))
     return train, test
+
+
+def _length(dataset: Dataset):
+    """len(dataset), or None for a stream (an IterableDataset has no length)."""
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
 
 
 def _call(factory: Callable[[], Any], spec: str, flag: str) -> Any:

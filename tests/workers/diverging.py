@@ -43,3 +43,8 @@ def inf_at_once() -> nn.Module:
 def no_held_out():
     train, _ = digits_datasets(0)
     return train, TensorDataset(torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.int64))
+
+
+def empty_training_split():
+    _, held_out = digits_datasets(0)
+    return TensorDataset(torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.int64)), held_out
