@@ -157,7 +157,7 @@ def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: li
                   f"{r['ratio']:.3f}× | {r['paired']:.3f}× |" for r in headlines]
     compression = compression_rows(configs, results)
     if compression:
-        lines += ["", f"Gradient compression on the communication-heavy MLP against fp32 gradients, same runner, same "
+        lines += ["", "Gradient compression on the communication-heavy MLP against fp32 gradients, same runner, same "
                   "place (medians; *paired*: the median of the ratios of runs made in the same repetition):", "",
                   "| where | runner | gradients | fp32 samples/s | compressed samples/s | ratio | paired ratio | runs |",
                   "|---|---|---|---:|---:|---:|---:|---:|"]

@@ -5,7 +5,6 @@ bad key or value is one line naming it. Pure: no process is started."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pytest
 
@@ -129,5 +128,5 @@ def test_recorded_configuration_holds_the_options_every_strategy_takes(tmp_path)
     path = config_file.write(tmp_path / "config.yaml", record(parse("--strategy", "ddp")))
     argv = ["--config", str(path), "--strategy", "fsdp"]  # the file suits another strategy too
     options = strategy_options_from_args(config_file.apply(parse(*argv), build_parser, argv))
-    assert options == {"precision": "fp32", "grad_accum": 1, "compile": False}
+    assert options == {"precision": "fp32", "grad_accum": 1, "compile": False, "activation_checkpointing": "none"}
     assert get_strategy("fsdp", **options).grad_accum == 1
