@@ -82,3 +82,9 @@ PLAN_PROBE_ROUNDS = 3
 #: (`--min-seconds`): `--steps` steps of a small model take a few milliseconds, at the mercy of
 #: one hiccup of the machine.
 BENCH_MEASURE_S = 1.5
+
+#: `scaletrain plan` takes more rounds while the predictions' expected error is wider than
+#: `--max-error` (a share), until the next round would end past `--budget` seconds; then, if
+#: still wider, it says it cannot tell rather than name a best configuration.
+PLAN_BUDGET_S = 180.0
+PLAN_MAX_ERROR = 0.5

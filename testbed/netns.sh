@@ -19,8 +19,12 @@
 #                                     # NODE: st-node0|node0|0|10.77.0.1 or st-node1|node1|1|10.77.0.2
 #   testbed/netns.sh link-down        # set node1's stnet0 down (simulate a cut cable)
 #   testbed/netns.sh link-up          # set it up again
-#   testbed/netns.sh shape RATE       # cap the link at RATE each way (tc tbf; e.g. 1gbit, 10gbit)
+#   testbed/netns.sh shape RATE [DELAY] # cap the link at RATE each way (tc tbf; e.g. 1gbit, 10gbit),
+#                                     # and add DELAY each way (tc netem, e.g. 500us) where the kernel has it
 #   testbed/netns.sh unshape          # remove the cap (veth runs at memory-copy speed)
+#   testbed/netns.sh pin on|off       # on: each "host" gets one core of its own (st-node0 core 0,
+#                                     # st-node1 core 1; taskset in `exec` and mpi-ssh-agent), so that
+#                                     # two hosts compute like two machines instead of sharing the cores
 #
 # Note: inside a namespace the machine's hostname still resolves to 127.0.x.x
 # (via /etc/hosts), so distributed code must be told which interface/address to
@@ -137,15 +141,61 @@ set_link() {
 }
 
 # A token bucket on both ends: each direction carries at most RATE, like a real link of
-# that speed. The burst must hold the largest packet veth hands over: with segmentation
-# offload that is a 64 KiB super-packet, not one 1500-byte frame, so 2 MB is not too big.
+# that speed. The burst must hold the largest packet veth hands over (with segmentation
+# offload a 64 KiB super-packet, not one 1500-byte frame) and what the rate brings in one
+# kernel timer tick (1 ms at 10 Gbit/s is 1.25 MB): two ticks' worth, 128 KiB at least. No
+# more: a larger bucket lets a message that fits in it cross at memory speed, which no real
+# link of that rate does (a pipeline's 0.5 MB activations crossed a "1 Gbit/s" link with a
+# 2 MB bucket for free).
+burst_for() {
+    local rate=$1 number unit bits
+    number=${rate%%[a-zA-Z]*}; unit=${rate#"$number"}
+    case "$unit" in
+        gbit) bits=$((number * 1000000000)) ;;
+        mbit) bits=$((number * 1000000)) ;;
+        kbit) bits=$((number * 1000)) ;;
+        *) die "rate '$rate': give it as Nkbit, Nmbit or Ngbit (e.g. 1gbit, 200mbit)" ;;
+    esac
+    local burst=$((bits / 8 / 1000 * 2))
+    echo $((burst > 131072 ? burst : 131072))
+}
+
 shape_link() {
-    local ns
+    local ns rate=$1 delay=${2:-} burst
+    burst=$(burst_for "$rate")
     for ns in "$NS0" "$NS1"; do
         ns_exists "$ns" || die "$ns does not exist (run: $0 up)"
-        ip netns exec "$ns" tc qdisc replace dev "$IFNAME" root tbf rate "$1" burst 2mb latency 100ms \
-            || die "tc refused rate '$1' (use a tc rate such as 1gbit, 2500mbit or 10gbit)"
+        ip netns exec "$ns" tc qdisc del dev "$IFNAME" root 2>/dev/null || true
+        if [[ -n $delay ]]; then
+            # netem delays every packet; tbf under it caps the rate.
+            ip netns exec "$ns" tc qdisc add dev "$IFNAME" root handle 1: netem delay "$delay" 2>/dev/null \
+                || die "tc could not add a delay of '$delay': this kernel has no netem queueing discipline (sch_netem); shape without DELAY"
+            ip netns exec "$ns" tc qdisc add dev "$IFNAME" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency 100ms \
+                || die "tc refused rate '$rate' (use a tc rate such as 1gbit, 2500mbit or 10gbit)"
+        else
+            ip netns exec "$ns" tc qdisc add dev "$IFNAME" root tbf rate "$rate" burst "$burst" latency 100ms \
+                || die "tc refused rate '$rate' (use a tc rate such as 1gbit, 2500mbit or 10gbit)"
+        fi
     done
+}
+
+# One core per "host": the namespaces share the machine's cores, so without this a job across
+# both hosts competes with itself as no two real machines do. The cores are written to a file
+# that `exec` and mpi-ssh-agent read (taskset -c CORE).
+PIN_FILE=/tmp/scaletrain-testbed/pinned
+pin() {
+    case "$1" in
+        on)
+            local cores
+            cores=$(nproc)
+            [[ $cores -ge 2 ]] || die "pin needs 2 cores; this machine lets us use $cores"
+            command -v taskset >/dev/null || die "'taskset' not found (apt-get install util-linux)"
+            mkdir -p "$(dirname "$PIN_FILE")"
+            printf '%s 0\n%s 1\n' "$NS0" "$NS1" >"$PIN_FILE"
+            echo "pinned: $NS0 core 0, $NS1 core 1" ;;
+        off) rm -f "$PIN_FILE"; echo "unpinned" ;;
+        *) die "usage: $0 pin on|off" ;;
+    esac
 }
 
 unshape_link() {
@@ -163,13 +213,16 @@ case "$cmd" in
     status)    do_status ;;
     link-down) set_link down ;;
     link-up)   set_link up ;;
-    shape)     [[ $# -eq 1 ]] || die "usage: $0 shape RATE (e.g. 1gbit)"; shape_link "$1" ;;
+    shape)     [[ $# -ge 1 && $# -le 2 ]] || die "usage: $0 shape RATE [DELAY] (e.g. 1gbit 500us)"; shape_link "$@" ;;
+    pin)       [[ $# -eq 1 ]] || die "usage: $0 pin on|off"; pin "$1" ;;
     unshape)   unshape_link ;;
     exec)
         [[ $# -ge 2 ]] || die "usage: $0 exec NODE cmd..."
         ns=$(ns_of "$1"); shift
         ns_exists "$ns" || die "$ns does not exist (run: $0 up)"
+        core=$(awk -v ns="$ns" '$1 == ns {print $2}' "$PIN_FILE" 2>/dev/null || true)
+        if [[ -n $core ]]; then exec taskset -c "$core" ip netns exec "$ns" "$@"; fi
         exec ip netns exec "$ns" "$@"
         ;;
-    *) echo "usage: $0 up|down|status|link-down|link-up|shape RATE|unshape|exec NODE cmd..." >&2; exit 2 ;;
+    *) echo "usage: $0 up|down|status|link-down|link-up|shape RATE [DELAY]|unshape|pin on|off|exec NODE cmd..." >&2; exit 2 ;;
 esac

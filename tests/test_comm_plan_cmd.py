@@ -60,12 +60,18 @@ def test_plan_predicts_every_strategy_and_size_and_what_fits(comm_json):
     assert ddp2["exposed_comm_s"] == pytest.approx(max(0.0, measured["step_s"] - measured["local_step_s"]))
     assert ddp2["step_s"] == pytest.approx(max(measured["step_s"], measured["local_step_s"]))
     assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
+    # FSDP's own cost, measured on one process under fully_shard, is in every fsdp step.
+    ddp1, fsdp1 = (next(p for p in doc["predictions"] if (p["strategy"], p["world_size"]) == (s, 1))
+                   for s in ("ddp", "fsdp"))
+    assert probe["fsdp_overhead_s"] > 0
+    assert fsdp1["step_s"] == pytest.approx(ddp1["step_s"] + probe["fsdp_overhead_s"], rel=0.05)
     # A device between what one process needs and what fsdp on 64 needs: one process does not fit,
     # fsdp does from some number of processes (the process's own constant part is in both).
     from scaletrain.plan.predict import Prediction
     from scaletrain.plan.verdict import verdicts
 
-    predictions = [Prediction(**{k: v for k, v in p.items() if k != "speedup_interval"}) for p in doc["predictions"]]
+    predictions = [Prediction(**{k: v for k, v in p.items() if k not in ("speedup_interval", "measurement_error")})
+                   for p in doc["predictions"]]
     single = next(p for p in predictions if (p.strategy, p.world_size) == ("single", 1))
     fsdp64 = next(p for p in predictions if (p.strategy, p.world_size) == ("fsdp", 64))
     assert fsdp64.memory_bytes < single.memory_bytes and single.memory_bytes > probe["memory_constant_bytes"] > 0

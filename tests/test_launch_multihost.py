@@ -116,3 +116,24 @@ def test_env_reports_the_interface(clean_hosts):
     assert network["interface"] == "stnet0" and network["local_addr"] == "10.77.0.2"
     assert network["set"] == {"GLOO_SOCKET_IFNAME": "stnet0", "NCCL_SOCKET_IFNAME": "stnet0"}
     assert any("reached via stnet0" in reason for reason in network["reasons"])
+
+
+def test_bench_and_plan_across_two_hosts(clean_hosts, tmp_path):
+    """bench measures ddp ×2 with a process on each host (mpirun), the reference here; plan
+    measures the all-reduce between the hosts and predicts from it."""
+    hosts = ["--hosts", "10.77.0.1:1,10.77.0.2:1"]
+    short = ["--workload", "digits-mlp", "--steps", "3", "--warmup", "1", "--min-seconds", "0.2"]
+    bench, left = run_session(scaletrain_on(0, "bench", *short, *hosts, "--rounds", "1", "--no-predict",
+                                            "--out", str(tmp_path / "bench")), timeout=240, env=mpi_env())
+    assert bench.returncode == 0 and not left, bench.stdout + bench.stderr
+    assert "across 10.77.0.1, 10.77.0.2: 1 process(es) on each" in bench.stdout
+    configs = {c["label"]: c for c in json.loads((tmp_path / "bench" / "bench.json").read_text())["configurations"]}
+    assert configs["ddp ×2"]["world_size"] == 2 and configs["ddp ×2"]["samples_per_s"]["median"] > 0
+    plan, left = run_session(scaletrain_on(0, "plan", *short, *hosts, "--strategy", "ddp,pipeline",
+                                           "--probe-rounds", "1", "--json"), timeout=240, env=mpi_env())
+    assert plan.returncode == 0 and not left, plan.stderr
+    doc = json.loads(plan.stdout)
+    network = doc["probe"]["network"]
+    assert "one on each of 10.77.0.1, 10.77.0.2" in network["source"] and network["busbw"] > 0
+    across = [p for p in doc["predictions"] if p["world_size"] == 2]
+    assert {p["strategy"] for p in across} == {"ddp", "pipeline"} and all(p["nodes"] == 2 for p in across)

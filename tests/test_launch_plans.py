@@ -86,7 +86,7 @@ def test_mpirun_plan_across_hosts_as_root_with_oversubscription():
     (command,) = build_plan(req, remote_master()).commands
     assert list(command.argv) == [
         "mpirun", "-np", "8", "--host", "a:4,b:4", "--allow-run-as-root", "--oversubscribe",
-        "--mca", "oob_tcp_if_include", "10.0.0.0/24", "--mca", "btl_tcp_if_include", "10.0.0.0/24",
+        "--bind-to", "none", "--mca", "oob_tcp_if_include", "10.0.0.0/24", "--mca", "btl_tcp_if_include", "10.0.0.0/24",
         "-x", "MASTER_ADDR=a", "-x", "MASTER_PORT=29500", "-x", "SCALETRAIN_ERROR_DIR", "-x", "SCALETRAIN_LAUNCHER_PROCESS", "-x", "SCALETRAIN_STDOUT_IS_TERMINAL", "-x", "PYTHONPATH",
         *RUNNER, "train.py", "--lr", "0.1"]
 
@@ -95,7 +95,7 @@ def test_mpirun_plan_one_host_not_root():
     req = request(launcher="mpirun", nproc_per_node=2, nnodes=1, master_addr="127.0.0.1", master_port=40000,
                   environ={"GLOO_SOCKET_IFNAME": "eth7", "OMPI_MCA_oob_tcp_if_include": "eth7"})
     (command,) = build_plan(req).commands
-    assert list(command.argv) == ["mpirun", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=40000",
+    assert list(command.argv) == ["mpirun", "-np", "2", "--bind-to", "none", "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=40000",
                                   "-x", "SCALETRAIN_ERROR_DIR", "-x", "SCALETRAIN_LAUNCHER_PROCESS", "-x", "SCALETRAIN_STDOUT_IS_TERMINAL", "-x", "GLOO_SOCKET_IFNAME", *RUNNER,
                                   "train.py", "--lr", "0.1"]
 

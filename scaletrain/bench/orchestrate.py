@@ -21,8 +21,8 @@ RESULT_FILE = "result.json"
 PROBE_KEY = "plan's measurements"
 
 
-def measure_config(settings: BenchSettings, spec: RunSpec, folder: Path) -> dict:
-    code = run_job([*to_argv(settings, spec), "--out", str(folder)], spec.world_size)
+def measure_config(settings: BenchSettings, spec: RunSpec, folder: Path, hosts=None) -> dict:
+    code = run_job([*to_argv(settings, spec), "--out", str(folder)], spec.world_size, hosts)
     if code != 0 or not (folder / RESULT_FILE).exists():
         raise RuntimeError(f"measuring {spec.key} failed (exit status {code}); its error is printed above")
     return json.loads((folder / RESULT_FILE).read_text())
@@ -40,12 +40,12 @@ def _probe_line(result: dict) -> str:
     return f"step without communication: {steps}"
 
 
-def config_job(settings: BenchSettings, spec: RunSpec) -> Job:
+def config_job(settings: BenchSettings, spec: RunSpec, hosts=None) -> Job:
     def run(folder: Path, round_index: int) -> dict:
         # Accuracy: a new seed each round (weights, data order), so that the interval shows
         # how much held-out accuracy moves with the seed alone.
         chosen = dataclasses.replace(settings, seed=settings.seed + round_index) if settings.accuracy else settings
-        return measure_config(chosen, spec, folder)
+        return measure_config(chosen, spec, folder, hosts)
 
     return Job(spec.key, run, _config_line)
 
@@ -57,7 +57,9 @@ def probe_job(probe_plan) -> Job:
     return Job(PROBE_KEY, run, _probe_line)
 
 
-def bench_jobs(settings: BenchSettings, configs: list[RunSpec], probe_plan: Optional[object]) -> list[Job]:
-    """The plan's measurements first (when predicting), then the configurations."""
-    jobs = [config_job(settings, spec) for spec in configs]
+def bench_jobs(settings: BenchSettings, configs: list[RunSpec], probe_plan: Optional[object],
+               hosts=None) -> list[Job]:
+    """The plan's measurements first (when predicting), then the configurations (those of
+    several processes across `hosts`, measure.jobs.Hosts, when given)."""
+    jobs = [config_job(settings, spec, hosts) for spec in configs]
     return ([probe_job(probe_plan)] if probe_plan is not None else []) + jobs

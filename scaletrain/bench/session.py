@@ -28,6 +28,8 @@ class Session:
     probe_plan: Optional[object]
     """What each round's plan measurements run; None: no predictions (--no-predict)."""
     out: Path
+    hosts: Optional[object] = None
+    """measure.jobs.Hosts the jobs of several processes span; None: this machine."""
 
 
 def predictions_per_round(configs: list[RunSpec], probes: list[dict], options) -> dict[str, list]:
@@ -60,7 +62,7 @@ def measure(session: Session, say: Callable[[str], None]) -> Rounds:
                 f"{verdict.kind or 'no verdict'}")
         return verdict.decided
 
-    jobs = bench_jobs(session.settings, session.configs, session.probe_plan)
+    jobs = bench_jobs(session.settings, session.configs, session.probe_plan, session.hosts)
     return run_rounds(jobs, session.out, session.limits, decided_after, say)
 
 

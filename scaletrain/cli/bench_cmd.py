@@ -16,10 +16,10 @@ import os
 import time
 from pathlib import Path
 
-from ..defaults import BENCH_BUDGET_S, BENCH_MAX_OTHER_CORES, WORTH_AT_SPEEDUP
+from ..defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
 from ..errors import UsageError
 from .parsing import positive_float, positive_int
-from .plan_cmd import (add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
+from .plan_cmd import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
                        parse_strategies)
 from .strategy_options import add_strategy_arguments, strategy_options_from_args
 
@@ -41,9 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"or the next would end past this many seconds (default {BENCH_BUDGET_S:g})")
     p.add_argument("--rounds", type=positive_int,
                    help="exactly this many rounds, whatever the verdict and the budget")
-    p.add_argument("--max-other-load", type=positive_float, default=BENCH_MAX_OTHER_CORES, metavar="CORES",
-                   help="a round during which other processes kept more than this many cores busy is left out and "
-                        f"run again (default {BENCH_MAX_OTHER_CORES:g})")
+    add_max_other_load_argument(p)
     p.add_argument("--worth-at", type=positive_float, default=WORTH_AT_SPEEDUP, metavar="SPEEDUP",
                    help="speedup over one process from which distributing is worth it "
                         f"(default {WORTH_AT_SPEEDUP:g})")
@@ -126,9 +124,10 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     from ..bench.configs import bench_configs
     from ..devices import choose_device, cpu_cores
     from .outdir import check_out, create_out, default_out
-    from .plan_cmd import options_from_args, workload_from_args
+    from .plan_cmd import hosts_for, options_from_args, workload_from_args
 
     strategies = parse_strategies(args.strategy)
+    hosts = hosts_for(args, "1,2")
     world_sizes = parse_int_list(args.world_sizes, "--world-sizes")
     check_options_apply(strategies, settings.strategy_options)
     rules = parse_rules(args.lr_scaling, args.accuracy)
@@ -147,7 +146,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     if args.comm is not None and not args.comm.is_file():
         raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
     out = create_out(check_out(args.out or default_out("bench", max(world_sizes))))
-    return measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device.type, out)
+    return measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device.type, out, hosts)
 
 
 def check_options_apply(strategies: list[str], options: dict) -> None:
@@ -169,7 +168,8 @@ def check_options_apply(strategies: list[str], options: dict) -> None:
         raise UsageError(f"{listed}, and none of --strategy {','.join(strategies)} takes it; add one that does or drop it")
 
 
-def measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device_type, out: Path) -> int:
+def measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device_type, out: Path,
+                       hosts=None) -> int:
     from ..bench.rounds import Limits
     from ..bench.session import Session, measure, report
     from ..plan.make import probe_plan
@@ -186,14 +186,16 @@ def measure_and_report(args, settings, workload, configs, notes, world_sizes, op
     say(f"scaletrain bench: {workload.name}, batch {settings.batch_size} per process, "
         f"{'accuracy over whole epochs' if settings.accuracy else f'{settings.steps} measured steps'}, "
         f"{len(configs)} configurations, {rounds}; writing {out}")
+    if hosts is not None:
+        say(f"  across {hosts.names}: {hosts.slots} process(es) on each (mpirun); one process runs here")
     for note in notes:
         say(f"  note: {note}")
     plan = None
     if not args.no_predict:
         link = load_comm_json(args.comm) if args.comm is not None else None
         spec = {**probe_spec(args, settings.workload), "steps": settings.steps, "warmup": settings.warmup}
-        plan = probe_plan(workload.name, spec, world_sizes, options, device_type, link)
-    session = Session(settings, configs, notes, limits, args.worth_at, options, plan, out)
+        plan = probe_plan(workload.name, spec, world_sizes, options, device_type, link, hosts)
+    session = Session(settings, configs, notes, limits, args.worth_at, options, plan, out, hosts)
     rounds = measure(session, say)
     first = next((r for runs in rounds.results.values() for r in runs if "backend" in r), {})
     title = (f"{workload.name}, batch {settings.batch_size}/process, {first.get('backend')} on {first.get('device')} "

@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from pathlib import Path
-from typing import Optional
 
-from ..defaults import BENCH_MEASURE_S, PLAN_PROBE_ROUNDS
-from ..errors import UsageError
+from ..defaults import (BENCH_MAX_OTHER_CORES, BENCH_MEASURE_S, PLAN_BUDGET_S, PLAN_MAX_ERROR,
+                        PLAN_PROBE_ROUNDS)
+from ..errors import UsageError, arg
 from ..launchers.interrupts import Stopped, signal_name
 from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
@@ -57,6 +56,23 @@ def add_min_seconds_argument(p: argparse.ArgumentParser) -> None:
                         f"milliseconds (default {BENCH_MEASURE_S:g})")
 
 
+def add_noise_arguments(p: argparse.ArgumentParser) -> None:
+    """How a plan copes with a busy machine (the same names and meanings as bench's)."""
+    p.add_argument("--budget", type=positive_float, default=PLAN_BUDGET_S, metavar="SECONDS",
+                   help="more rounds while the expected error exceeds --max-error, until the next would end past "
+                        f"this many seconds (default {PLAN_BUDGET_S:g})")
+    p.add_argument("--max-error", type=positive_float, default=PLAN_MAX_ERROR, metavar="SHARE",
+                   help="the widest expected error (a share: 0.5 is ±50%%) a plan answers with; wider, it says it "
+                        f"cannot tell and names no best configuration (default {PLAN_MAX_ERROR:g})")
+    add_max_other_load_argument(p)
+
+
+def add_max_other_load_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-other-load", type=positive_float, default=BENCH_MAX_OTHER_CORES, metavar="CORES",
+                   help="a round during which other processes kept more than this many cores busy is left out and "
+                        f"run again (default {BENCH_MAX_OTHER_CORES:g})")
+
+
 def add_prediction_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comm", type=Path, metavar="FILE",
                    help="use the all_reduce results of `scaletrain comm --json` instead of a quick probe")
@@ -70,6 +86,31 @@ def add_prediction_arguments(p: argparse.ArgumentParser) -> None:
                    help="share (0-1) of compute that hides communication (default: 1 on GPUs, 0 on CPUs)")
     p.add_argument("--device-memory-gb", type=positive_float,
                    help="memory of one device (default: the GPU's, or this machine's RAM ÷ processes)")
+    p.add_argument("--hosts", metavar="A:N,B:N",
+                   help="measure across these machines (this one first, N processes on each; Open MPI's mpirun "
+                        "starts the ranks over ssh): the jobs of several processes span them, and the network "
+                        "between them is measured instead of assumed (--link-gbps, --link-latency-us)")
+    p.add_argument("--hostfile", type=Path, metavar="FILE", help="the same as --hosts, as Open MPI's hostfile "
+                   "lines 'host slots=N'")
+
+
+def hosts_for(args: argparse.Namespace, default_world_sizes: str):
+    """The machines --hosts/--hostfile name (measure.jobs.Hosts), or None: everything on this
+    one. Across hosts the processes per machine are the hosts' slots, and the world sizes are one
+    process and every slot (the default when --world-sizes is not given)."""
+    from ..measure.jobs import hosts_from_args
+
+    hosts = hosts_from_args(args)
+    if hosts is None:
+        return None
+    if args.nproc_per_node is not None and args.nproc_per_node != hosts.slots:
+        raise UsageError(f"--nproc-per-node {args.nproc_per_node} and {hosts.flag} ({hosts.slots} per host) differ; "
+                         "drop --nproc-per-node: across hosts it is the hosts' slots")
+    args.nproc_per_node = hosts.slots
+    if args.world_sizes == default_world_sizes:
+        args.world_sizes = f"1,{hosts.world_size}"
+    hosts.check_world_sizes(parse_int_list(args.world_sizes, "--world-sizes"))
+    return hosts
 
 
 def add_layout_arguments(p: argparse.ArgumentParser) -> None:
@@ -107,8 +148,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=positive_int, default=3, help="steps left out first (default 3)")
     add_min_seconds_argument(p)
     p.add_argument("--probe-rounds", type=positive_int, default=PLAN_PROBE_ROUNDS,
-                   help="rounds of the plan's measurements, in alternating order; the spread of the predictions "
-                        f"over them is the expected error (default {PLAN_PROBE_ROUNDS})")
+                   help="rounds of the plan's measurements at least, in alternating order; the spread of the "
+                        f"predictions over them is the expected error (default {PLAN_PROBE_ROUNDS})")
+    add_noise_arguments(p)
     p.add_argument("--threads", type=positive_int,
                    help="(launched) CPU threads per process of this probe job (default: cores ÷ processes)")
     p.add_argument("--choose", action="store_true",
@@ -193,12 +235,13 @@ def plan_here(args: argparse.Namespace) -> int:
     from ..plan.probe import load_comm_json
     from ..plan.report import print_plan
     from ..plan.summary import expected_error, key, median_predictions, median_probe, step_spreads
-    from ..plan.verdict import error_line, fit_advice, verdicts
+    from ..plan.verdict import error_line, fit_advice, implausible, verdicts
 
     device = None if args.device == "auto" else args.device
     device_type = choose_device(device, 0).type
     if args.choose:
         return choose_here(args, device_type)
+    hosts = hosts_for(args, DEFAULT_WORLD_SIZES)
     world_sizes = parse_int_list(args.world_sizes, "--world-sizes")
     strategies = [s for s in parse_strategies(args.strategy, tuple(COST_MODELS)) if s in COST_MODELS]
     if not strategies:
@@ -209,18 +252,36 @@ def plan_here(args: argparse.Namespace) -> int:
     link = load_comm_json(args.comm) if args.comm is not None else None
     check_out_file(args.out)
     workload = workload_from_args(args)
-    probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, options, device_type, link)
-    probes, stopped = measure_rounds(probes_plan, args.probe_rounds)
+    probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, options, device_type, link,
+                             hosts)
     shapes = layout_options(args)
-    predictions, spreads = median_predictions([predict_all(p, strategies, world_sizes, options, shapes) for p in probes])
+
+    def predictions_of(probes: list):
+        return median_predictions([predict_all(p, strategies, world_sizes, options, shapes) for p in probes])
+
+    measured = measure_rounds(probes_plan, args, lambda probes: expected_error(predictions_of(probes)[1]),
+                              say=(lambda text: print(text, file=sys.stderr, flush=True)) if args.json else
+                              (lambda text: print(text, flush=True)))
+    probes, stopped = measured.probes, measured.stopped
+    all_disturbed = not probes
+    if all_disturbed:  # what the disturbed rounds measured, said to be no answer
+        probes = measured.disturbed
+    predictions, spreads = predictions_of(probes)
+    error = expected_error(spreads)
+    told = error is not None and error <= args.max_error and not all_disturbed
     probe = median_probe(probes)
-    conclusions = verdicts(predictions, options.device_memory_bytes) + \
-        fit_advice(median_probe(probes), predictions, options, shapes) + \
-        [error_line(expected_error(spreads), len(probes))]
+    conclusions = ([f"Every round was disturbed: other processes kept more than --max-other-load "
+                    f"{args.max_other_load:g} cores busy during all {len(measured.left_out)} of them."]
+                   if all_disturbed else []) + \
+        verdicts(predictions, options.device_memory_bytes, probe=probe,
+                 noise=None if told else (error, len(probes), args.max_error)) + \
+        fit_advice(probe, predictions, options, shapes) + [error_line(error, len(probes))]
     document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "options": options.__dict__,
-                "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p)))}
-                                for p in predictions],
-                "expected_error": expected_error(spreads), "conclusions": conclusions}
+                "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p))),
+                                 "measurement_error": implausible(p, probe)} for p in predictions],
+                "expected_error": error, "max_error": args.max_error, "told": told,
+                "rounds_left_out": measured.left_out, "stop_reason": measured.stop_reason,
+                "max_other_load_cores": args.max_other_load, "conclusions": conclusions}
     if args.out is not None:
         from ..files import write_json_atomic
 
@@ -230,30 +291,19 @@ def plan_here(args: argparse.Namespace) -> int:
     else:
         print_plan(probe, options, predictions, spreads, step_spreads(probes), len(probes), conclusions)
     if stopped is not None:
-        print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} after {len(probes)} of {args.probe_rounds} "
-              "probe round(s); the predictions above come from those", file=sys.stderr)
+        print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} after {len(probes)} probe round(s); the "
+              "predictions above come from those", file=sys.stderr)
         return stopped.status
     return 0
 
 
-def measure_rounds(probes_plan, rounds: int) -> tuple[list, Optional[Stopped]]:
-    """The probe rounds' measurements, and the signal (Ctrl-C, SIGTERM, SIGHUP) that ended
-    them early, if one did: the rounds finished by then still make a plan."""
-    import tempfile
+def measure_rounds(probes_plan, args: argparse.Namespace, error_of, say):
+    """The plan's rounds (plan/rounds.py): disturbed ones left out and run again, more while the
+    expected error exceeds --max-error and the --budget allows, those finished kept when a
+    signal (Ctrl-C, SIGTERM, SIGHUP) ends them early."""
+    from ..plan.rounds import measure
 
-    probes = []
-    with tempfile.TemporaryDirectory(prefix="scaletrain-plan-") as tmp:
-        try:
-            for i in range(rounds):
-                probes.append(probes_plan.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1))
-        except (KeyboardInterrupt, Stopped) as exc:
-            stopped = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
-            if not probes:
-                print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} before its first probe round was "
-                      "complete; nothing was predicted", file=sys.stderr)
-                raise Stopped(stopped.signum, said=True) from None
-            return probes, stopped
-    return probes, None
+    return measure(probes_plan, args.probe_rounds, args.budget, args.max_other_load, error_of, args.max_error, say)
 
 
 def spread_pair(spread) -> list | None:
@@ -269,32 +319,50 @@ def check_out_file(path: Path | None) -> None:
 
 
 def measured_probes(args: argparse.Namespace, workload_name: str, world_size: int, options, device_type: str,
-                    say=print) -> list:
+                    say=print, hosts=None) -> list:
     """The probes a choice predicts from: cached for this model, batch, world and machine, or
-    measured now (and cached)."""
-    import tempfile
-
+    measured now (and cached): rounds as a plan's, those other processes disturbed left out."""
     from ..plan.choose import cache_key, cached_probes, store_probes
     from ..plan.make import probe_plan
+    from ..plan.predict import predict_all
+    from ..plan.summary import expected_error, median_predictions
 
     spec = probe_spec(args, args.workload)
-    key = cache_key(spec, world_size, options.nproc_per_node, device_type, options.cores)
+    key = cache_key(spec, world_size, options.nproc_per_node, device_type, options.cores,
+                    hosts.names if hosts else "")
     probes = cached_probes(key)
     if probes:
         say(f"scaletrain: using the measurements made earlier for this model, batch and machine (cache {key})")
         return probes
     say(f"scaletrain: measuring {workload_name} for a choice ({args.probe_rounds} round(s))")
-    jobs = probe_plan(workload_name, spec, sorted({1, world_size}), options, device_type, None)
-    with tempfile.TemporaryDirectory(prefix="scaletrain-choose-") as tmp:
-        probes = [jobs.run_round(Path(tmp) / f"round-{i + 1}", reverse=i % 2 == 1) for i in range(args.probe_rounds)]
-    store_probes(key, probes)
-    return probes
+    jobs = probe_plan(workload_name, spec, sorted({1, world_size}), options, device_type, None, hosts)
+
+    def error_of(probes: list):
+        plain = [predict_all(p, ["ddp", "fsdp"], sorted({1, world_size}), options) for p in probes]
+        return expected_error(median_predictions(plain)[1])
+
+    measured = measure_rounds(jobs, args, error_of, say=lambda text: say(text) if text.startswith("  round") and
+                              "left out" in text else None)
+    if measured.stopped is not None:
+        raise Stopped(measured.stopped.signum)
+    if not measured.probes:
+        raise UsageError(f"no round of the measurement could be kept: other processes kept more than "
+                         f"{arg('max_other_load', args.max_other_load)} cores busy during all of them; choose when the "
+                         "machine is quieter")
+    if measured.left_out:
+        say(f"scaletrain: {len(measured.left_out)} round(s) left out and measured again: other processes kept the "
+            "machine busy")
+    store_probes(key, measured.probes)
+    return measured.probes
 
 
 def choose_here(args: argparse.Namespace, device_type: str) -> int:
     from ..plan.choose import choose
 
+    hosts = hosts_for(args, DEFAULT_WORLD_SIZES)
     sizes = parse_int_list(args.world_sizes, "--world-sizes") if args.world_sizes != DEFAULT_WORLD_SIZES else []
+    if hosts:
+        sizes = [max(sizes)]
     options = options_from_args(args, device_type)
     if len(sizes) > 1:
         raise UsageError(f"--choose picks a configuration for one world size; give one --world-sizes value "
@@ -303,7 +371,7 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
     check_out_file(args.out)
     workload = workload_from_args(args)
     probes = measured_probes(args, workload.name, world, options, device_type,
-                             say=(lambda text: None) if args.json else print)
+                             say=(lambda text: None) if args.json else print, hosts=hosts)
     choice = choose(probes, world, args.batch_size, options)
     document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
                 "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,

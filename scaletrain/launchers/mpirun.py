@@ -77,6 +77,11 @@ class MpirunLauncher:
             argv.append("--allow-run-as-root")  # Open MPI refuses root without it
         if n > req.cpu_cores:
             argv.append("--oversubscribe")  # more ranks than cores: Open MPI refuses without it
+        if not any(a.startswith("--bind-to") for a in req.launcher_args):
+            # Open MPI binds each rank to one core by default; the ranks divide their host's
+            # cores among themselves (threads = cores ÷ ranks there), as under torchrun, so a
+            # binding would leave a rank's threads all on one core.
+            argv += ["--bind-to", "none"]
         argv += _interface_args(req, network)
         argv += ["-x", f"MASTER_ADDR={req.master_addr}", "-x", f"MASTER_PORT={req.master_port}", "-x", ERROR_DIR_VAR,
                  "-x", LAUNCHER_VAR, "-x", TERMINAL_VAR]

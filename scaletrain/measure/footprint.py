@@ -31,6 +31,8 @@ class Footprint:
     boundary_bytes_per_sample: float = 0.0
     """The largest output of a unit but the last, per sample: what a pipeline stage sends to
     the next one."""
+    unit_output_bytes_per_sample: tuple = ()
+    """Each unit's output but the last's, per sample: what a stage ending with it sends."""
     block_tp_param_bytes: tuple = ()
     """Parameter bytes of each unit that tensor parallel splits (empty: the model has no
     tensor-parallel plan)."""
@@ -99,9 +101,9 @@ def _unique_parameters(modules: list[nn.Module]) -> list[torch.Tensor]:
     return found
 
 
-def boundary_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
-    """Largest output of a unit other than the last, for one forward of `inputs` (what a
-    pipeline stage sends to the next)."""
+def unit_output_bytes(model: nn.Module, inputs: torch.Tensor) -> list[int]:
+    """Each unit's output but the last's, for one forward of `inputs`: what a pipeline stage
+    that ends with that unit sends to the next."""
     runs, _ = model_units(model)
     sizes: list[int] = []
     with torch.no_grad():
@@ -109,7 +111,7 @@ def boundary_bytes(model: nn.Module, inputs: torch.Tensor) -> int:
         for run in runs[:-1]:
             x = run(x)
             sizes.append(x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0)
-    return max(sizes, default=0)
+    return sizes
 
 
 def block_bytes(model: nn.Module) -> list[int]:
@@ -232,6 +234,7 @@ def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs
     runs, _ = model_units(model)
     per_unit = _saved_by_unit(model, runs, inputs, targets, loss_fn)
     n = max(1, len(targets))
+    outputs = unit_output_bytes(model, inputs)
     return Footprint(
         param_bytes=tensor_bytes(model.parameters()),
         grad_bytes=tensor_bytes(trainable),
@@ -240,7 +243,8 @@ def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs
         largest_block_param_bytes=max(blocks) if blocks else 0,
         block_param_bytes=tuple(blocks),
         grad_tensor_bytes=tuple(tensor_bytes([p]) for p in reversed(trainable)),
-        boundary_bytes_per_sample=boundary_bytes(model, inputs) / max(1, len(targets)),
+        boundary_bytes_per_sample=max(outputs, default=0) / n,
+        unit_output_bytes_per_sample=tuple(b / n for b in outputs),
         block_tp_param_bytes=tp_params,
         block_tp_reduce_bytes_per_sample=tp_reduces,
         block_activation_bytes_per_sample=tuple(b / n for b in per_unit),

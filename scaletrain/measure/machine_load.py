@@ -20,18 +20,28 @@ from typing import Optional
 _PROC_STAT = "/proc/stat"
 
 
-def _machine_busy_seconds() -> Optional[float]:
-    try:
-        with open(_PROC_STAT) as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
+def _busy_ticks(fields: list[str]) -> int:
     # user nice system idle iowait irq softirq steal (guest time is already inside user)
     ticks = [int(v) for v in fields[1:9]]
-    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
-    return busy / os.sysconf("SC_CLK_TCK")
+    return sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+
+
+def _machine_busy_seconds() -> Optional[float]:
+    """Busy CPU seconds of the cores this process may run on: all of them (the machine's
+    line) unless its affinity is narrower — a process pinned to some cores (a host of the
+    namespace test bed, a job given a cpuset) is disturbed only by what runs on those."""
+    try:
+        with open(_PROC_STAT) as f:
+            lines = [line.split() for line in f if line.startswith("cpu")]
+    except OSError:
+        return None
+    if not lines or lines[0][0] != "cpu":
+        return None
+    mine = {f"cpu{c}" for c in os.sched_getaffinity(0)} if hasattr(os, "sched_getaffinity") else set()
+    per_core = [fields for fields in lines[1:] if fields[0] in mine]
+    if not per_core or len(per_core) == len(lines) - 1:
+        per_core = lines[:1]
+    return sum(_busy_ticks(fields) for fields in per_core) / os.sysconf("SC_CLK_TCK")
 
 
 def _own_seconds() -> float:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..batches import NO_TARGETS, call_model, compute_loss, split
+from ..batches import NO_TARGETS, call_model, compute_loss, move_to, split
 from ..precision import PRECISIONS
 from . import model_state, state
 from .grad_norm import total_norm
@@ -46,7 +46,10 @@ class Prepared:
     # -- training ---------------------------------------------------------------------------
     def forward_backward(self, batch: Any, targets: Any = NO_TARGETS, loss_fn: Optional[Callable] = None,
                          scale: float = 1.0) -> torch.Tensor:
-        """Forward and backward on one batch; returns the detached, unscaled loss."""
+        """Forward and backward on one batch; returns the detached, unscaled loss. The batch
+        goes to this process's device first, whatever the strategy (DDP and FSDP would move
+        it by themselves, a plain module or a pipeline stage would not)."""
+        batch, targets = self.on_device(batch), self.on_device(targets)
         if getattr(self.runner, "forward_backward", None) is not None:
             return self.runner.forward_backward(batch, targets, loss_fn, scale, autocast=self.autocast)
         inputs, rest = split(batch, targets)
@@ -55,6 +58,9 @@ class Prepared:
             loss = compute_loss(output, rest, loss_fn, inputs)
         (loss if isinstance(scale, float) and scale == 1.0 else loss * scale).backward()
         return loss.detach()
+
+    def on_device(self, batch: Any) -> Any:
+        return batch if batch is NO_TARGETS else move_to(batch, self.ctx.device)
 
     def grad_norm(self, parameters: list, norm_type: float = 2.0) -> torch.Tensor:
         """The norm of the whole model's gradient, from this process's `parameters`."""
@@ -66,6 +72,7 @@ class Prepared:
 
     def predict(self, inputs: Any) -> Any:
         """The model's output for evaluation, or None on a process that does not produce one."""
+        inputs = self.on_device(inputs)
         if self.runner is not None:
             return self.runner.predict(inputs, autocast=self.autocast)
         with self.autocast():

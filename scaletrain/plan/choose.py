@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..defaults import WORTH_AT_SPEEDUP
 from .predict import Prediction, predict
+from .verdict import implausible
 from .probe import Probe, probe_from_dict
 from .scenario import Options
 
@@ -115,6 +116,8 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
         if not rounds:
             continue
         middle = sorted(rounds, key=lambda p: p.samples_per_s)[len(rounds) // 2]
+        if implausible(middle, probe):
+            continue  # a disturbed measurement's figure, not a candidate's
         every.append(middle)
         if not middle.fits:
             rejected.append(f"{name} {_short(chosen_options)} needs {middle.memory_bytes / 1e6:,.0f} MB".strip())
@@ -141,15 +144,17 @@ def cache_dir() -> Path:
     return Path(base) / "scaletrain" / "probes"
 
 
-def cache_key(spec: dict, world_size: int, nproc_per_node: int, device_type: str, cores: int) -> str:
-    """The model (workload, factories), batch, world and machine a probe is valid for."""
+def cache_key(spec: dict, world_size: int, nproc_per_node: int, device_type: str, cores: int,
+              hosts: str = "") -> str:
+    """The model (workload, factories), batch, world and machine (and the --hosts measured
+    across) a probe is valid for."""
     import torch
 
     from ..version import __version__
 
     facts = {k: spec.get(k) for k in ("workload", "model", "dataset", "batch_size", "seed", "device", "backend")}
     facts.update(world_size=world_size, nproc_per_node=nproc_per_node, device_type=device_type, cores=cores,
-                 host=platform.node(), torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd())
+                 host=platform.node(), hosts=hosts, torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd())
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -79,13 +79,22 @@ def _staged(probe: Probe, s: Scenario, stages: int, microbatches: int, threads: 
             "note": f"{costs.describe()}; bubble {f.pipeline_bubble(stages, microbatches):.0%} of an even split"}
 
 
-def _activation_transfers(probe: Probe, s: Scenario, stages: int, microbatches: int) -> float:
+def _activation_transfers(probe: Probe, s: Scenario, stages: int, microbatches: int,
+                          slowest_stage_s: float = 0.0, groups: Optional[list[list[int]]] = None) -> float:
     """Each micro-batch crosses the stage boundaries forward (activations) and backward
-    (their gradients); on the critical path, 2(m + p - 2) of them."""
+    (their gradients). The schedule sends and receives while the stages compute, so the
+    critical path holds the first micro-batch's way down and the last one's way back, 2(p − 1)
+    transfers, and of each further micro-batch's only what its transfer takes beyond the
+    slowest stage's compute (a link slower than the stages sets the pace)."""
     if stages == 1:
         return 0.0
-    size = probe.footprint.boundary_bytes_per_sample * probe.batch_size / microbatches
-    return 2 * (microbatches + stages - 2) * (size / s.busbw(size) + s.alpha_s)
+    fp = probe.footprint
+    per_sample = fp.boundary_bytes_per_sample
+    if groups and fp.unit_output_bytes_per_sample:  # the outputs at the cuts, not every unit's
+        per_sample = max(fp.unit_output_bytes_per_sample[g[-1]] for g in groups[:-1])
+    size = per_sample * probe.batch_size / microbatches
+    one = size / s.busbw(size) + s.alpha_s
+    return 2 * (stages - 1) * one + (microbatches - 1) * max(0.0, one - slowest_stage_s)
 
 
 def _mp_part(probe: Probe, s: Scenario, o: Options, threads: int) -> Optional[dict]:
@@ -233,7 +242,7 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
         m = config.microbatches
         costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks])
         compute = c.data_s + costs.busy_seconds(m) - max(costs.optimizer_s) + c.optimizer_s * state_share
-        transfer = _activation_transfers(probe, s, dims.pp, m)
+        transfer = _activation_transfers(probe, s, dims.pp, m, max(costs.per_microbatch_s), groups)
         tp_comm = _tp_comm(probe, s, config, stage, per_process / m, m)
         note = f"{costs.describe()}; bubble {f.pipeline_bubble(dims.pp, m):.0%} of an even split"
     else:
@@ -243,6 +252,8 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
         transfer = 0.0
         tp_comm = _tp_comm(probe, s, config, stage, per_process, 1)
     compute += recompute_seconds(config, c.fb_s * tp_share)
+    if config.data_parallel == "fsdp":  # FSDP's own copies and bookkeeping, for the share held
+        compute += probe.fsdp_overhead_s * stage_fraction * tp_share
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
     largest = max(fp.block_param_bytes[i] for i in stage) * tp_share
     dp_comm = _data_parallel_comm(probe, s, config, held, grads, len(stage), largest)
@@ -250,7 +261,14 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
     # behind forward and backward alike; tensor parallel's all-reduces and the pipeline's
     # transfers are on the critical path.
     hideable = (BACKWARD_SHARE if config.data_parallel == "ddp" else 1.0) * c.fb_s * tp_share
-    exposed = f.exposed_seconds(dp_comm, hideable, o.overlap) + tp_comm + transfer
+    exposed_dp = f.exposed_seconds(dp_comm, hideable, o.overlap)
+    if config.data_parallel == "ddp" and o.overlap < 1 and s.nodes > 1 and s.link is not None:
+        # Across machines, of DDP's all-reduce only the cores' own part (what it takes on this
+        # machine's link) needs the cores; the rest is the network's time, during which the
+        # cores go on with the backward that the later buckets wait for.
+        on_cores = min(dp_comm, _data_parallel_comm(probe, s.group(1), config, held, grads, len(stage), largest))
+        exposed_dp = f.exposed_seconds(on_cores, hideable, o.overlap) + max(0.0, dp_comm - on_cores - hideable)
+    exposed = exposed_dp + tp_comm + transfer
     cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer, "exposed": exposed,
             "batch": per_process * dims.dp_size,
             "memory": _stage_peak(probe, config, groups)}

@@ -62,6 +62,9 @@ class ProbeJobs:
     link_nproc: int = 2
     needs_link: bool = True
     """False when every world size planned is one process."""
+    hosts: Optional[object] = None
+    """measure.jobs.Hosts: the machines the jobs of several processes span; each round then
+    measures the network between them too (one process on each)."""
 
     def argv(self, threads: int, out: Path) -> list[str]:
         s = self.spec
@@ -92,7 +95,11 @@ class ProbeJobs:
         if link is None and self.needs_link and not any(j.get("link_rows") for j in jobs.values()):
             buckets = _bucket_sizes(jobs)
             link = measure_link(buckets, self.link_nproc, self.spec.get("backend"), self.spec.get("device"))
-        return probe_from_jobs(jobs, self.workload_name, self.spec["batch_size"], self.device_type, self.cores, link)
+        probe = probe_from_jobs(jobs, self.workload_name, self.spec["batch_size"], self.device_type, self.cores, link)
+        if self.hosts is not None:
+            probe.network = measure_link(network_sizes(jobs), len(self.hosts.hosts), self.spec.get("backend"),
+                                         self.spec.get("device"), self.hosts)
+        return probe
 
 
 def _bucket_sizes(jobs: dict) -> list[int]:
@@ -102,8 +109,26 @@ def _bucket_sizes(jobs: dict) -> list[int]:
     return ddp_buckets(list(fp["grad_tensor_bytes"])) if fp else []
 
 
+def network_sizes(jobs: dict) -> list[int]:
+    """Message sizes to time between hosts: the model's DDP buckets and its blocks (what FSDP
+    gathers and pipeline stages pass are of these orders), and every fourfold size from 64 KiB
+    up to the largest of them, so that each message predicted has a measured size near it."""
+    fp = next((j["footprint"] for j in jobs.values() if "footprint" in j), None)
+    needed = [*_bucket_sizes(jobs), *(fp["block_param_bytes"] if fp else ())]
+    largest, sizes, size = max(needed, default=1 << 20), set(needed), 64 << 10
+    while size < largest:
+        sizes.add(size)
+        size *= 4
+    return sorted(int(s) for s in sizes if s > 0)
+
+
 def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], options: Options, device_type: str,
-               link: Optional[Link] = None) -> ProbeJobs:
+               link: Optional[Link] = None, hosts=None) -> ProbeJobs:
+    """What each round measures for predictions at `world_sizes`; across `hosts` (measure.jobs.
+    Hosts) the network between them too, and this machine's all-reduce on as many processes
+    as a host holds (2 at least: the cores' own part of a collective across machines)."""
     threads = threads_needed(world_sizes, options, device_type)
+    several = max(world_sizes) > 1
     return ProbeJobs(workload_name, spec, copies_per_thread_count(threads, options, device_type), device_type,
-                     options.cores, link, needs_link=max(world_sizes) > 1)
+                     options.cores, link, link_nproc=max(2, hosts.slots) if hosts else 2,
+                     needs_link=several, hosts=hosts if several else None)

@@ -48,7 +48,7 @@ def predict(probe: Probe, strategy: str, n: int, options: Options,
     shape = configuration(strategy, n, strategy_options, options.microbatches) if model is not None else None
     if shape is None:
         return None
-    s = scenario(n, options, probe.link, probe.device_type)
+    s = scenario(n, options, probe.link, probe.device_type, probe.network)
     cost = model(probe, s, options, shape)
     if cost is None:
         return None

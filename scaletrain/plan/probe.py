@@ -10,7 +10,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -37,6 +37,20 @@ class Link:
         if not self.points:
             return self.busbw
         return min(self.points, key=lambda p: abs(math.log(p[0] / max(nbytes, 1))))[1]
+
+    def fitted(self) -> "Link":
+        """The same link with one bandwidth for every size: the least-squares line through the
+        sizes' times (latency taken out). Between machines, where the probe times each size
+        briefly, a middle size's own figure can be off by 3× either way (its time is a small
+        difference of two noisy ones); the line through all of them is not."""
+        times = [(b, b / bw) for b, bw in self.points if bw > 0]
+        if len(times) < 3:
+            return self
+        mean_b = sum(b for b, _ in times) / len(times)
+        mean_t = sum(t for _, t in times) / len(times)
+        spread = sum((b - mean_b) ** 2 for b, _ in times)
+        slope = sum((b - mean_b) * (t - mean_t) for b, t in times) / spread if spread > 0 else 0.0
+        return replace(self, busbw=1 / slope, points=()) if slope > 0 else self
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,13 @@ class Probe:
     """What the one-process job held before its model: interpreter, torch, process group, data."""
     memory_peak_bytes: float = 0.0
     """The one-process job's peak while it trained (a DDP process of one)."""
+    fsdp_overhead_s: float = 0.0
+    """What FSDP's own machinery (gathers into buffers, copies out, DTensors) adds to a step on
+    one process: the one-process job's step under fully_shard less its plain step (plan/
+    fsdp_overhead.py)."""
+    network: Optional[Link] = None
+    """The all-reduce between machines (one process on each), measured across --hosts; None:
+    one machine measured, and the network is the nominal --link-gbps / --link-latency-us."""
 
     @property
     def step_s(self) -> dict:
@@ -101,18 +122,22 @@ class Probe:
 
 def footprint_from_dict(fp: dict) -> Footprint:
     lists = ("block_param_bytes", "grad_tensor_bytes", "block_tp_param_bytes", "block_tp_reduce_bytes_per_sample")
-    lists = (*lists, "block_activation_bytes_per_sample")
+    lists = (*lists, "block_activation_bytes_per_sample", "unit_output_bytes_per_sample")
     return Footprint(**{**fp, **{k: tuple(fp[k]) for k in lists if k in fp}})
+
+
+def link_from_dict(link: Optional[dict]) -> Optional[Link]:
+    return Link(**{**link, "points": tuple(tuple(p) for p in link.get("points", ()))}) if link else None
 
 
 def probe_from_dict(doc: dict) -> Probe:
     """A Probe back from its `as_dict()` (as bench.json keeps each round's): predictions can be
     made again from recorded measurements."""
-    link = doc.get("link")
     return Probe(workload=doc["workload"], batch_size=doc["batch_size"], device_type=doc["device_type"],
                  cores=doc["cores"], compute={int(t): Compute(**c) for t, c in doc["compute"].items()},
                  footprint=footprint_from_dict(doc["footprint"]) if doc.get("footprint") else None,
-                 link=Link(**{**link, "points": tuple(tuple(p) for p in link.get("points", ()))}) if link else None,
+                 link=link_from_dict(doc.get("link")), network=link_from_dict(doc.get("network")),
+                 fsdp_overhead_s=doc.get("fsdp_overhead_s", 0.0),
                  block_s=tuple(doc.get("block_s", ())), block_micro_s=tuple(doc.get("block_micro_s", ())),
                  microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())),
                  ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None,
@@ -138,7 +163,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
                  microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())),
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
-                 memory_peak_bytes=single.get("memory_peak_bytes", 0.0))
+                 memory_peak_bytes=single.get("memory_peak_bytes", 0.0),
+                 fsdp_overhead_s=max(0.0, single["fsdp_step_s"] - single["step_s"]) if "fsdp_step_s" in single else 0.0)
 
 
 def link_from_rows(rows: list[dict], source: str) -> Link:
@@ -169,9 +195,11 @@ def load_comm_json(path: Path) -> Link:
     return link_from_rows(rows, f"{path}")
 
 
-def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: Optional[str]) -> Link:
-    """The all_reduce on `nproc` processes of this machine, for when no probe job has
-    several processes: a 4 KB message for the latency, then each of `sizes`."""
+def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: Optional[str],
+                 hosts=None) -> Link:
+    """The all_reduce on `nproc` processes of this machine (for when no probe job has several
+    processes), or on one process per host of `hosts` (measure.jobs.Hosts: the network between
+    them): a 4 KB message for the latency, then each of `sizes`."""
     from ..measure.jobs import run_job
 
     with tempfile.TemporaryDirectory(prefix="scaletrain-probe-") as tmp:
@@ -182,11 +210,12 @@ def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: O
             argv += ["--backend", backend]
         if device:
             argv += ["--device", device]
-        code = run_job(argv, nproc)
+        code = run_job(argv, nproc, hosts)
+        where = f"{nproc} processes" + (f", one on each of {hosts.names}" if hosts else "")
         if code != 0 or not out.exists():
-            raise RuntimeError(f"the all_reduce probe on {nproc} processes failed (exit {code})")
+            raise RuntimeError(f"the all_reduce probe on {where} failed (exit {code}); its error is printed above")
         rows = json.loads(out.read_text())["results"]
-    return link_from_rows(rows, f"all_reduce probe, {nproc} processes")
+    return link_from_rows(rows, f"all_reduce probe, {where}")
 
 
 def cores_here() -> int:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from ..measure.clock import Clock
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
 from ..train.optimizer import adam
+from .fsdp_overhead import fsdp_step_seconds
 
 #: Steps whose DDP hook skips the all-reduce (the computation alone).
 LOCAL = "local"
@@ -157,6 +158,10 @@ def measure_probe_round(spec: dict) -> dict:
         else:
             result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
+            fsdp = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
+                                     min(steps, spec["steps"]), spec["warmup"])
+            if fsdp is not None:
+                result["fsdp_step_s"] = fsdp
         return result
 
 

@@ -44,9 +44,16 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
     if link is not None:
         lines.append(f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs "
                      f"per ring step ({link.source})")
+    if probe.fsdp_overhead_s > 0:
+        lines.append(f"FSDP's own cost per step on one process (gathers, copies, DTensors): "
+                     f"{probe.fsdp_overhead_s * 1e3:.1f} ms")
+    network = probe.network.fitted() if probe.network is not None else None
+    between = (f"between machines (measured: {network.source}) {network.busbw * 8 / 1e9:.2f} Gbit/s bus bandwidth, "
+               f"{network.alpha_s * 1e6:.0f} µs per ring step" if network is not None else
+               f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs "
+               "(--link-gbps, --link-latency-us)")
     lines.append(f"machines like this one: {options.nproc_per_node} process(es) each on {options.cores} core(s); "
-                 f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs "
-                 f"(--link-gbps, --link-latency-us); overlap {options.overlap:g}")
+                 f"{between}; overlap {options.overlap:g}")
     return lines
 
 

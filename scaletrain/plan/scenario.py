@@ -30,18 +30,25 @@ class Scenario:
     """Bytes/s of the network between machines (None: one machine)."""
     oversubscription: float = 1.0
     """More processes than cores on a CPU machine: each gets this share less of a core."""
+    network: Optional[Link] = None
+    """The network's all-reduce as measured between the machines (bench/plan --hosts); it
+    replaces the nominal `network_busbw` size by size."""
 
     def group(self, span: int) -> "Scenario":
         """The links of a group of `span` consecutive ranks (a mesh dimension with those inside
         it): this machine's measured all-reduce when they fit on one machine, the network's too
         when they do not."""
         if self.nodes == 1 or span <= self.nproc_per_node:
-            return replace(self, nodes=1, network_busbw=None, alpha_s=self.link.alpha_s if self.link else 0.0)
+            return replace(self, nodes=1, network_busbw=None, network=None,
+                           alpha_s=self.link.alpha_s if self.link else 0.0)
         return self
 
     def busbw(self, nbytes: float) -> float:
-        """The ring's bus bandwidth for messages of `nbytes`."""
+        """The ring's bus bandwidth for messages of `nbytes`: this machine's, and across machines
+        the slower of it and the network's."""
         measured = self.link.busbw_for(nbytes) if self.link else math.inf
+        if self.network is not None:
+            return min(measured, self.network.busbw_for(nbytes))
         return min(measured, self.network_busbw) if self.network_busbw else measured
 
 
@@ -67,17 +74,23 @@ def threads_needed(world_sizes: list[int], options: Options, device_type: str) -
                   reverse=True)
 
 
-def scenario(n: int, options: Options, link: Optional[Link], device_type: str) -> Scenario:
+def scenario(n: int, options: Options, link: Optional[Link], device_type: str,
+             network: Optional[Link] = None) -> Scenario:
+    """Where `n` processes run: `nproc_per_node` on each machine like this one. Across
+    machines the ring is as slow as the slower of this machine's link and the network: the
+    `network` measured between the hosts where there is one, else the nominal --link-gbps and
+    --link-latency-us."""
     per_node = min(n, options.nproc_per_node)
     nodes = math.ceil(n / per_node)
     threads = max(1, options.cores // (options.nproc_per_node if device_type == "cuda" else per_node))
     alpha = link.alpha_s if link else 0.0
-    network = None
-    if nodes > 1:  # the ring crosses the network: as slow as the slower of the two
-        network = options.link_gbps * 1e9 / 8
-        alpha = max(alpha, options.link_latency_s)
+    nominal = None
+    if nodes > 1:
+        nominal = options.link_gbps * 1e9 / 8
+        alpha = max(alpha, network.alpha_s if network else options.link_latency_s)
     crowded = per_node / options.cores if device_type != "cuda" and per_node > options.cores else 1.0
-    return Scenario(n, per_node, nodes, threads, alpha, link, network, crowded)
+    return Scenario(n, per_node, nodes, threads, alpha, link, nominal, crowded,
+                    network.fitted() if network is not None and nodes > 1 else None)
 
 
 def compute_at(probe: Probe, threads: int, oversubscription: float = 1.0) -> Compute:

@@ -21,9 +21,36 @@ def error_line(error: Optional[float], rounds: int) -> str:
             "runs).")
 
 
+#: Efficiency on one machine beyond which a prediction is a measurement's error, not a
+#: forecast: processes sharing one machine's cores do not make each other faster than n
+#: times one process with all of them (a little above 1 happens: cores' own caches).
+MAX_ONE_MACHINE_EFFICIENCY = 1.25
+
+#: How much faster than the whole model on one CPU a model split over that same CPU may be
+#: predicted before the figure is taken for a measurement's error.
+MAX_SPLIT_ON_ONE_CPU = 1.1
+
+
+def implausible(p: Prediction, probe=None) -> Optional[str]:
+    """Why a prediction cannot be right (the measurements behind it were disturbed), or None."""
+    if p.world_size > 1 and p.nodes == 1 and p.efficiency > MAX_ONE_MACHINE_EFFICIENCY:
+        return (f"{p.strategy} ×{p.world_size} at {p.speedup:.2f}× ({p.efficiency:.0%} efficiency) on one machine: "
+                "its processes share one machine's cores, so the measurements behind it were disturbed")
+    cpu = probe is None or getattr(probe, "device_type", "cpu") != "cuda"
+    if cpu and p.world_size == 1 and p.strategy in ("mp", "dp") and p.speedup > MAX_SPLIT_ON_ONE_CPU:
+        return (f"{p.strategy} at {p.speedup:.2f}× one process on one CPU: the same arithmetic on the same cores cannot "
+                "be that much faster, so the measurements behind it were disturbed")
+    return None
+
+
 def verdicts(predictions: list[Prediction], device_memory_bytes: float,
-             worth_at: float = WORTH_AT_SPEEDUP) -> list[str]:
+             worth_at: float = WORTH_AT_SPEEDUP, probe=None, noise: Optional[tuple] = None) -> list[str]:
+    """The conclusions. `noise`: (expected error, rounds, bound) when the measurements were
+    too noisy to tell: then no configuration is named the best."""
     lines = []
+    errors = [reason for p in predictions if (reason := implausible(p, probe))]
+    for reason in errors:
+        lines.append(f"Measurement error, not a prediction: {reason}.")
     single = next((p for p in predictions if p.world_size == 1), None)
     if single is not None and not single.fits:
         lines.append(f"The model does not fit one device: {gb(single.memory_bytes)} needed, "
@@ -37,7 +64,17 @@ def verdicts(predictions: list[Prediction], device_memory_bytes: float,
                 lines.append(f"  {p.strategy} fits from {p.world_size} processes: {gb(p.memory_bytes)} per device.")
         else:
             lines.append("  No strategy and world size planned here fits; try larger --world-sizes or fsdp/pipeline.")
-    multi = [p for p in predictions if p.world_size > 1 and p.fits]
+    multi = [p for p in predictions if p.world_size > 1 and p.fits and not implausible(p, probe)]
+    if noise is not None:
+        error, rounds, bound = noise
+        wide = f"±{error:.0%}" if error is not None else "unknown"
+        lines.append(f"Cannot tell at this noise level: the predictions' expected error is {wide} after {rounds} "
+                     f"round(s) of measurement (more than the ±{bound:.0%} bound, --max-error); measure on a quieter "
+                     "machine or longer (--budget). No configuration is named the best.")
+        return lines
+    if errors:
+        lines.append("The measurements were disturbed: measure again on a quieter machine before trusting any figure.")
+        return lines
     if not multi:
         return lines
     best = max(multi, key=lambda p: p.speedup)

@@ -20,7 +20,7 @@ from .target import TARGET
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not TARGET.available, reason=TARGET.skip_reason)]
 
 BENCH_ROUNDS = 1  # the figures of one round: a GPU machine is quiet, and the check must stay short
-PEER_REPS = 2     # raw and the API alternate: the ratio is what the check is for
+PEER_REPS = 3     # raw and the API alternate: the ratio is what the check is for
 
 
 def world_sizes(target) -> list[int]:
@@ -69,12 +69,18 @@ def test_bench(workload, target, check, out_dir):
           verdict=bench.get("verdict"), rounds=BENCH_ROUNDS)
 
 
+def peer_epochs(target) -> int:
+    """An epoch of synthetic-cnn takes about 0.2 s on a GPU: at 3 epochs the ratio is mostly
+    noise (measured on an H100: 0.80x to 1.01x between repetitions), at 12 it settles."""
+    return 12 if target.device == "cuda" else 3
+
+
 @pytest.mark.timeout(660)
 def test_api_against_raw_ddp(target, check, out_dir):
     out = out_dir / "peers" / "peers.md"
     done = run([sys.executable, str(REPO / "benchmarks" / "peers.py"), "--device", target.device,
                 "--workloads", "synthetic-cnn", "--runners", "raw,api", "--nprocs",
-                ",".join(map(str, world_sizes(target))), "--reps", str(PEER_REPS), "--epochs", "3", "--compression",
+                ",".join(map(str, world_sizes(target))), "--reps", str(PEER_REPS), "--epochs", str(peer_epochs(target)), "--compression",
                 "none", "--links", "none", "--out", str(out)], timeout=600, cwd=REPO)
     assert done.returncode == 0, f"benchmarks/peers.py failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     results = json.loads(out.with_suffix(".json").read_text())["results"]

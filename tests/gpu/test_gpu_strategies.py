@@ -50,7 +50,9 @@ def launch(case: Case, target: Target, folder: Path) -> dict:
             result = json.loads(payload)
             found[result["name"]] = result
     if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if "Error" in line or "error:" in line]
+        # The child's own exception, not torchrun's ChildFailedError that wraps it.
+        errors = [line for line in done.stderr.splitlines()
+                  if ("Error" in line or "error:" in line) and "ChildFailedError" not in line]
         why = (errors or done.stderr.strip().splitlines() or ["no output"])[-1].strip()
         for c in group:
             if c.name not in found:

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -110,7 +111,18 @@ def main() -> None:
     for case in json.loads(args.cases.read_text()):
         if rank0:
             print("START " + case["name"], flush=True)
-        result = run_case(case, args.device, args.backend)
+        try:
+            result = run_case(case, args.device, args.backend)
+        except Exception as exc:
+            # The failure itself, where it happened, as the check's line. One process can go on
+            # to the next configuration; several cannot (the others may wait in a collective).
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            where = f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+            result = {"name": case["name"], "error": f"{type(exc).__name__}: {exc} (at {where})"[:600]}
+            traceback.print_exc()
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                print("CASE " + json.dumps(result), flush=True)
+                raise
         if rank0:
             print("CASE " + json.dumps(result), flush=True)
 
