@@ -126,3 +126,19 @@ def test_ddp_takes_the_probes_measured_communication_where_the_probe_ran_it():
     assert across.exposed_comm_s == pytest.approx(across.comm_s) and "measured" not in across.note
     plain = predict(probe(), "ddp", 2, options())  # no DDP steps measured: the model
     assert plain.exposed_comm_s == pytest.approx(plain.comm_s)
+
+
+def test_one_f_one_b_hides_fast_later_stages_and_matches_gpipe_when_the_last_is_slowest():
+    from scaletrain.plan.stages import StageCosts
+
+    # The last stage the slowest: 1F1B's critical path is GPipe's (fill, m at the slowest pace).
+    last = StageCosts((0.004, 0.009), (0.0, 0.0))
+    total, transfers = last.one_f_one_b(4, 0.001)
+    assert abs(total - (last.busy_seconds(4) + 2 * 0.001)) < 1e-12 and abs(transfers - 0.002) < 1e-12
+    # The first stage the slowest: the second's round trip (4 ms + 2 transfers) runs during the
+    # first's warm-up forward (a third of 9 ms); only the 1 ms beyond it is waited for.
+    first = StageCosts((0.009, 0.004), (0.0, 0.0))
+    total, transfers = first.one_f_one_b(4, 0.0)
+    assert abs(total - (4 * 0.009 + (0.004 - 0.003))) < 1e-12 and transfers == 0.0
+    total, transfers = first.one_f_one_b(4, 0.001)
+    assert abs(transfers - 0.002) < 1e-12  # the round trip's two transfers, no longer hidden

@@ -65,7 +65,9 @@ def execute(launcher: Launcher, plan: Plan, announce: bool = True) -> int:
     """Runs the plan's part for this node; returns the job's exit status, after showing
     the first failure first (after Ctrl-C/SIGTERM: 130/143, and nothing more to say)."""
     job = run_job(lambda j: launcher.execute(plan, j), announce)
-    for m in job.frozen:
+    # After Ctrl-C or SIGTERM every rank was being stopped anyway: a frozen teardown among
+    # them is nothing the user needs to read.
+    for m in job.frozen if job.signum is None else []:
         print(f"scaletrain: note: rank {m['rank']} on host {m['host']} (pid {m['pid']}) froze in torch's teardown "
               f"after destroying its process group (its main thread held the GIL for {TEARDOWN_GRACE_S:g} s without "
               "a break: the Gloo teardown deadlock); it was ended with status 0", file=sys.stderr)

@@ -88,13 +88,18 @@ def _activation_transfers(probe: Probe, s: Scenario, stages: int, microbatches: 
     slowest stage's compute (a link slower than the stages sets the pace)."""
     if stages == 1:
         return 0.0
+    one = _one_transfer(probe, s, microbatches, groups)
+    return 2 * (stages - 1) * one + (microbatches - 1) * max(0.0, one - slowest_stage_s)
+
+
+def _one_transfer(probe: Probe, s: Scenario, microbatches: int, groups: Optional[list[list[int]]] = None) -> float:
+    """Seconds to send one micro-batch's activations across the largest cut."""
     fp = probe.footprint
     per_sample = fp.boundary_bytes_per_sample
     if groups and fp.unit_output_bytes_per_sample:  # the outputs at the cuts, not every unit's
         per_sample = max(fp.unit_output_bytes_per_sample[g[-1]] for g in groups[:-1])
     size = per_sample * probe.batch_size / microbatches
-    one = size / s.busbw(size) + s.alpha_s
-    return 2 * (stages - 1) * one + (microbatches - 1) * max(0.0, one - slowest_stage_s)
+    return size / s.busbw(size) + s.alpha_s
 
 
 def _mp_part(probe: Probe, s: Scenario, o: Options, threads: int) -> Optional[dict]:
@@ -241,8 +246,13 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
     if config.pipelined:
         m = config.microbatches
         costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks])
-        compute = c.data_s + costs.busy_seconds(m) - max(costs.optimizer_s) + c.optimizer_s * state_share
-        transfer = _activation_transfers(probe, s, dims.pp, m, max(costs.per_microbatch_s), groups)
+        if config.options.get("schedule", "1f1b") == "gpipe" or dims.pp == 1:
+            busy = costs.busy_seconds(m) - max(costs.optimizer_s)
+            transfer = _activation_transfers(probe, s, dims.pp, m, max(costs.per_microbatch_s), groups)
+        else:  # 1F1B: the stages around the slowest one overlap with it (StageCosts.one_f_one_b)
+            busy, transfer = costs.one_f_one_b(m, _one_transfer(probe, s, m, groups))
+            busy -= transfer
+        compute = c.data_s + busy + c.optimizer_s * state_share
         tp_comm = _tp_comm(probe, s, config, stage, per_process / m, m)
         note = f"{costs.describe()}; bubble {f.pipeline_bubble(dims.pp, m):.0%} of an even split"
     else:

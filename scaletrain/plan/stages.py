@@ -26,6 +26,10 @@ def stage_groups(block_params: tuple, stages: int) -> Optional[list[list[int]]]:
     return [list(range(a, b)) for a, b in zip(starts, ends)]
 
 
+#: Share of a micro-batch's forward + backward that is the forward (backward is about twice it).
+FORWARD_SHARE = 1 / 3
+
+
 @dataclass(frozen=True)
 class StageCosts:
     per_microbatch_s: tuple
@@ -40,6 +44,27 @@ class StageCosts:
         slowest = max(self.per_microbatch_s)
         optimizer = sum(self.optimizer_s) if one_process else max(self.optimizer_s)
         return sum(self.per_microbatch_s) + (microbatches - 1) * slowest + optimizer
+
+    def one_f_one_b(self, microbatches: int, transfer_s: float) -> tuple[float, float]:
+        """A step's forward + backward under 1F1B, and the part of it that transfers between
+        stages (`transfer_s` each) add: (seconds, of which transfers). The slowest stage k
+        works through its m micro-batches; the stages before it fill and drain around that
+        (their forward and backward of one micro-batch, and 2k transfers); the stages after it
+        take the first micro-batch there and back while k runs its warm-up forwards (p−1−k of
+        them, a third of its time each), and k waits only for what that round trip takes
+        beyond them. When the last stage is the slowest this is GPipe's `busy_seconds`."""
+        costs = self.per_microbatch_s
+        k = max(range(len(costs)), key=lambda i: costs[i])
+        after = len(costs) - 1 - k
+
+        def step(t: float) -> float:
+            round_trip = sum(costs[k + 1:]) + 2 * after * t
+            wait = max(0.0, round_trip - after * FORWARD_SHARE * costs[k])
+            return (sum(costs[:k]) + 2 * k * t + microbatches * costs[k] + wait
+                    + (microbatches - 1) * max(0.0, t - costs[k]))  # a link slower than the stage sets the pace
+
+        total = step(transfer_s)
+        return total, total - step(0.0)
 
     def describe(self) -> str:
         total = sum(self.per_microbatch_s) or 1.0
