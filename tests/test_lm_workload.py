@@ -1,5 +1,5 @@
 """The built-in language model (a byte-level GPT on the standard library's source) under
-ddp, fsdp and pipeline through the trainer: it learns (held-out loss well below the unigram
+ddp, fsdp, pipeline and tensor parallel through the trainer: it learns (held-out loss well below the unigram
 baseline) and reports held-out loss and perplexity; the GPT-2 example script from the
 README runs as one process and under `scaletrain launch` with fsdp; fp16 (with the gradient
 scaler) and bf16 under fsdp (through its mixed-precision policy) learn digits as fp32 does."""
@@ -22,8 +22,10 @@ def unigram() -> float:
     return unigram_loss(held_out, train)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "pipeline"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "pipeline", "tp"])
 def test_the_language_model_learns_under_each_strategy(tmp_path, strategy, unigram):
+    """tp: tensor parallel alone leaves the embeddings and norms plain tensors beside its
+    DTensors, under the trainer's fused Adam."""
     done = scaletrain("train", "--workload", "stdlib-gpt", "--strategy", strategy, "--nproc-per-node", "2",
                       "--out", str(tmp_path / "run"), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -89,7 +89,22 @@ def retarget_optimizer(optimizer: Optional[torch.optim.Optimizer], before: dict[
     now = dict(after.named_parameters())
     for group in optimizer.param_groups:
         group["params"] = [now[name_of[id(p)]] for p in group["params"] if name_of.get(id(p)) in now]
+        _one_tensor_at_a_time_if_mixed(group)
     return optimizer
+
+
+def _one_tensor_at_a_time_if_mixed(group: dict) -> None:
+    """Tensor parallel without FSDP leaves the layers outside its plan (embeddings, norms) as
+    plain tensors beside its DTensors; a fused or foreach optimizer step cannot take both in one
+    call ("got mixed torch.Tensor and DTensor"), so such a group steps one tensor at a time."""
+    from torch.distributed.tensor import DTensor
+
+    kinds = {isinstance(p, DTensor) for p in group["params"]}
+    if len(kinds) > 1:
+        if group.get("fused"):
+            group["fused"] = False
+        if "foreach" in group:
+            group["foreach"] = False
 
 
 def _options(**kwargs):
