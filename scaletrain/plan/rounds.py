@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..bench.rounds import Job, Limits, run_rounds
+from ..bench.orchestrate import PROBE_KEY, probe_job
+from ..bench.rounds import Limits, run_rounds
 from ..launchers.interrupts import Stopped, signal_name
-
-JOB = "plan's measurements"
 
 
 @dataclass
@@ -35,37 +34,30 @@ class PlanRounds:
     """The signal that ended the measuring early, if one did: the rounds finished stand."""
 
 
-def _line(result: dict) -> str:
-    probe = result["probe"]
-    steps = ", ".join(f"{c.copies} × {t} thread(s) {c.step_s * 1e3:.1f} ms"
-                      for t, c in sorted(probe.compute.items(), reverse=True))
-    return f"step without communication: {steps}"
-
-
 def measure(probe_jobs, min_rounds: int, budget_s: float, max_other_cores: float,
             error_of: Callable[[list], Optional[float]], max_error: float,
             say: Callable[[str], None]) -> PlanRounds:
     """Rounds of `probe_jobs` (make.ProbeJobs): at least `min_rounds` kept (2 where only one
     was asked and it is not decided), more while `error_of(probes)` exceeds `max_error` and
     another round fits `budget_s`."""
-    every: list = []
+    every: list = []  # every round's probe, the disturbed ones too
+    job = probe_job(probe_jobs)  # bench's own job for the plan's measurements
 
     def run(folder: Path, index: int) -> dict:
-        every.append(probe_jobs.run_round(folder, reverse=index % 2 == 1))
-        return {"probe": every[-1]}
-
-    job = Job(JOB, run, _line)
+        result = job.run(folder, index)
+        every.append(result["probe"])
+        return result
 
     def decided(results: dict) -> bool:
-        probes = [r["probe"] for r in results[JOB]]
+        probes = [r["probe"] for r in results[PROBE_KEY]]
         error = error_of(probes)
         return error is not None and error <= max_error
 
     limits = Limits(budget_s=budget_s, min_rounds=min_rounds, max_other_cores=max_other_cores,
                     fixed_rounds=min_rounds if min_rounds == 1 else None)
     with tempfile.TemporaryDirectory(prefix="scaletrain-plan-") as tmp:
-        rounds = run_rounds([job], Path(tmp), limits, decided, say)
-    probes = [r["probe"] for r in rounds.results[JOB]]
+        rounds = run_rounds([replace(job, run=run)], Path(tmp), limits, decided, say)
+    probes = [r["probe"] for r in rounds.results[PROBE_KEY]]
     stopped = Stopped(rounds.stopped_by) if rounds.stopped_by is not None else None
     if stopped is not None and not probes:
         # An outcome, not progress: on stderr whatever `say` does with progress lines.

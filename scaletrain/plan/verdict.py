@@ -26,9 +26,10 @@ def error_line(error: Optional[float], rounds: int) -> str:
 #: times one process with all of them (a little above 1 happens: cores' own caches).
 MAX_ONE_MACHINE_EFFICIENCY = 1.25
 
-#: How much faster than the whole model on one CPU a model split over that same CPU may be
-#: predicted before the figure is taken for a measurement's error.
-MAX_SPLIT_ON_ONE_CPU = 1.1
+#: How much faster than the whole model on one CPU any other one-process configuration on
+#: that same CPU (a split model, a one-stage pipeline) may be predicted before the figure is
+#: taken for a measurement's error.
+MAX_ONE_PROCESS_ON_ONE_CPU = 1.1
 
 
 def implausible(p: Prediction, probe=None) -> Optional[str]:
@@ -39,7 +40,7 @@ def implausible(p: Prediction, probe=None) -> Optional[str]:
     cpu = probe is None or getattr(probe, "device_type", "cpu") != "cuda"
     # Every one-process configuration on a CPU does the same arithmetic on the same cores as
     # the reference: a split model, a one-stage pipeline, hybrid's one replica alike.
-    if cpu and p.world_size == 1 and p.speedup > MAX_SPLIT_ON_ONE_CPU:
+    if cpu and p.world_size == 1 and p.speedup > MAX_ONE_PROCESS_ON_ONE_CPU:
         return (f"{p.strategy} at {p.speedup:.2f}× one process on one CPU: the same arithmetic on the same cores cannot "
                 "be that much faster, so the measurements behind it were disturbed")
     return None
