@@ -127,6 +127,23 @@ def test_link_from_comm_rows_separates_latency_from_bandwidth():
         link_from_rows(rows[2:], "test")
 
 
+def test_fsdp_collectives_measured_beyond_a_ring_scale_its_communication():
+    # Gloo's all_gather and reduce_scatter are not the ring the model assumes: their measured
+    # times against a ring's at the same size scale FSDP's gathers and reduce-scatters.
+    rows = [{"op": "all_reduce", "bytes": 4096, "seconds": 2e-4, "world_size": 2},
+            {"op": "all_reduce", "bytes": 8_000_000, "seconds": 8.2e-3, "world_size": 2}]
+    plain = link_from_rows(rows, "test")
+    assert (plain.gather_ratio, plain.scatter_ratio) == (1.0, 1.0)  # not measured: a ring
+    ring = f.ring_all_gather_seconds(8e6, 2, plain.busbw_for(8e6), plain.alpha_s)
+    measured = link_from_rows([*rows, {"op": "all_gather", "bytes": 8_000_000, "seconds": 2 * ring, "world_size": 2},
+                               {"op": "reduce_scatter", "bytes": 8_000_000, "seconds": 3 * ring, "world_size": 2}],
+                              "test")
+    assert measured.gather_ratio == pytest.approx(2.0) and measured.scatter_ratio == pytest.approx(3.0)
+    base = f.fsdp_comm_seconds(4e6, 4e6, 2, 4, 1e9, 1e-4)
+    gathers = 2 * 4 * f.ring_all_gather_seconds(1e6, 2, 1e9, 1e-4)
+    assert f.fsdp_comm_seconds(4e6, 4e6, 2, 4, 1e9, 1e-4, 2, 2.0, 3.0) == pytest.approx(2 * gathers + 3 * (base - gathers))
+
+
 def test_link_keeps_the_bandwidth_of_each_measured_size():
     rows = [{"op": "all_reduce", "bytes": 4096, "seconds": 2e-4, "world_size": 2},
             {"op": "all_reduce", "bytes": 1_000_000, "seconds": 2.2e-3, "world_size": 2},

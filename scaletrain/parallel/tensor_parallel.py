@@ -31,7 +31,7 @@ from .part import ModelPart, ParallelConfig
 STYLES = ("colwise", "rowwise", "colwise_rep", "colwise_gather_output", "rowwise_rep", "rowwise_split_input")
 
 
-def _style(name: str, where: str):
+def tp_style(name: str, where: str):
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -99,7 +99,7 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
                          f"use strategy ddp or fsdp, or give parallelize=fn(model, tp_mesh) that applies "
                          f"torch.distributed.tensor.parallel.parallelize_module ({arg('parallelize')})")
     for key, style in plan.items():
-        _style(style, f"the model's plan for {key}")
+        tp_style(style, f"the model's plan for {key}")
     _hf_heads_check(model, tp)
     for path, module in model.named_modules():
         heads = getattr(module, "heads", None)
@@ -142,7 +142,7 @@ class TensorParallel:
             paths = [path for path, _ in module.named_modules()]
             rules = {key: style for key, style in config.tp_rules.items()
                      if any(fnmatch.fnmatchcase(path, key) for path in paths)}
-            parallelize_module(module, mesh, {key: _style(style, key) for key, style in rules.items()})
+            parallelize_module(module, mesh, {key: tp_style(style, key) for key, style in rules.items()})
             source = f"{len(rules)} rule(s) of the model's plan"
         part.facts["tensor_parallel"] = tp
         part.banner.append(f"tensor parallel: layers split {tp} ways ({source})")

@@ -194,7 +194,7 @@ def _data_parallel_comm(probe: Probe, s: Scenario, config: Configuration, held_b
     shard = s.group(dims.dp_shard * dims.tp)
     gathers = 1 if config.options.get("reshard_after_forward") is False else 2
     comm = f.fsdp_comm_seconds(held_bytes, grad_bytes, dims.dp_shard, units, shard.busbw(largest_unit), shard.alpha_s,
-                               gathers)
+                               gathers, *shard.gather_scatter_ratios())
     if dims.dp_replicate > 1:
         replicas = s.group(dims.world_size // dims.pp)
         piece = grad_bytes / dims.dp_shard
@@ -262,8 +262,13 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
         transfer = 0.0
         tp_comm = _tp_comm(probe, s, config, stage, per_process, 1)
     compute += recompute_seconds(config, c.fb_s * tp_share)
-    if config.data_parallel == "fsdp":  # FSDP's own copies and bookkeeping, for the share held
-        compute += probe.fsdp_overhead_s * stage_fraction * tp_share
+    # The machinery's own work (plan/overheads.py), on cores shared as the arithmetic's are:
+    # FSDP's copies and bookkeeping for the share held; tensor parallel's DTensor dispatch for
+    # every layer of the stage, however many ways each is split.
+    if config.data_parallel == "fsdp":
+        compute += probe.fsdp_overhead_s * stage_fraction * tp_share * s.oversubscription
+    if dims.tp > 1:
+        compute += probe.tp_overhead_s * stage_fraction * s.oversubscription
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
     largest = max(fp.block_param_bytes[i] for i in stage) * tp_share
     dp_comm = _data_parallel_comm(probe, s, config, held, grads, len(stage), largest)

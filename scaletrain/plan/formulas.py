@@ -49,13 +49,16 @@ def ddp_comm_seconds(grad_tensor_bytes: list[int], n: int, busbw: float, alpha: 
 
 
 def fsdp_comm_seconds(param_bytes: float, grad_bytes: float, n: int, units: int, busbw: float,
-                      alpha: float, gathers_per_unit: int = 2) -> float:
+                      alpha: float, gathers_per_unit: int = 2, gather_ratio: float = 1.0,
+                      scatter_ratio: float = 1.0) -> float:
     """FSDP gathers each unit's parameters for forward and again for backward (they are
     freed in between; once only when they stay gathered, reshard_after_forward false), and
-    reduce-scatters the gradients: 3 collectives per unit (2)."""
+    reduce-scatters the gradients: 3 collectives per unit (2). Each as a ring takes it, times
+    what the backend's own all_gather and reduce_scatter were measured to take beyond a ring
+    (`gather_ratio`, `scatter_ratio`)."""
     units = max(1, units)
     gathers = gathers_per_unit * units * ring_all_gather_seconds(param_bytes / units, n, busbw, alpha)
-    return gathers + units * ring_all_gather_seconds(grad_bytes / units, n, busbw, alpha)
+    return gather_ratio * gathers + scatter_ratio * units * ring_all_gather_seconds(grad_bytes / units, n, busbw, alpha)
 
 
 def exposed_seconds(comm: float, hideable: float, overlap: float) -> float:

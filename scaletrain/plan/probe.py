@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -31,6 +32,11 @@ class Link:
     source: str
     points: tuple = ()
     """((bytes, bus bandwidth), ...) per measured size: small messages get less bandwidth."""
+    gather_ratio: float = 1.0
+    """all_gather's measured time over a ring's made from this all-reduce (FSDP's gathers); 1
+    where not measured. NCCL's is about 1; Gloo's is not a ring and takes about twice that."""
+    scatter_ratio: float = 1.0
+    """The same for reduce_scatter (FSDP's gradients): Gloo's takes longer than an all-reduce."""
 
     def busbw_for(self, nbytes: float) -> float:
         """The bandwidth measured at the size nearest `nbytes` (on a log scale)."""
@@ -107,7 +113,10 @@ class Probe:
     fsdp_overhead_s: float = 0.0
     """What FSDP's own machinery (gathers into buffers, copies out, DTensors) adds to a step on
     one process: the one-process job's step under fully_shard less its plain step (plan/
-    fsdp_overhead.py)."""
+    overheads.py)."""
+    tp_overhead_s: float = 0.0
+    """What tensor parallel's DTensors add to a step on one process: the one-process job's
+    step with the model's tensor-parallel plan applied less its plain step (0: no plan)."""
     network: Optional[Link] = None
     """The all-reduce between machines (one process on each), measured across --hosts; None:
     one machine measured, and the network is the nominal --link-gbps / --link-latency-us."""
@@ -137,7 +146,7 @@ def probe_from_dict(doc: dict) -> Probe:
                  cores=doc["cores"], compute={int(t): Compute(**c) for t, c in doc["compute"].items()},
                  footprint=footprint_from_dict(doc["footprint"]) if doc.get("footprint") else None,
                  link=link_from_dict(doc.get("link")), network=link_from_dict(doc.get("network")),
-                 fsdp_overhead_s=doc.get("fsdp_overhead_s", 0.0),
+                 fsdp_overhead_s=doc.get("fsdp_overhead_s", 0.0), tp_overhead_s=doc.get("tp_overhead_s", 0.0),
                  block_s=tuple(doc.get("block_s", ())), block_micro_s=tuple(doc.get("block_micro_s", ())),
                  microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())),
                  ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None,
@@ -164,12 +173,18 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())),
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=single.get("memory_peak_bytes", 0.0),
-                 fsdp_overhead_s=max(0.0, single["fsdp_step_s"] - single["step_s"]) if "fsdp_step_s" in single else 0.0)
+                 fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"))
+
+
+def _overhead(job: dict, key: str) -> float:
+    """A prepared step's seconds beyond the plain step of the same job (0 where not measured)."""
+    return max(0.0, job[key] - job["step_s"]) if key in job else 0.0
 
 
 def link_from_rows(rows: list[dict], source: str) -> Link:
     """Latency from the smallest all_reduce; the bus bandwidth of each larger one with that
-    latency taken out."""
+    latency taken out; all_gather's and reduce_scatter's times, where measured, against a
+    ring's made from them."""
     reduces = sorted((r for r in rows if r.get("op") == "all_reduce"), key=lambda r: r["bytes"])
     if not reduces:
         raise UsageError(f"{source} has no all_reduce results; make it with `scaletrain comm --ops all_reduce --json`")
@@ -182,7 +197,23 @@ def link_from_rows(rows: list[dict], source: str) -> Link:
         extra = row["seconds"] - small["seconds"]
         seconds = extra if row is not small and extra > 0 else row["seconds"]
         points.append((row["bytes"], row["bytes"] * factor / seconds))
-    return Link(alpha_s=alpha, busbw=points[-1][1], nproc=n, source=source, points=tuple(points))
+    link = Link(alpha_s=alpha, busbw=points[-1][1], nproc=n, source=source, points=tuple(points))
+    return replace(link, gather_ratio=_ring_ratio(rows, "all_gather", link),
+                   scatter_ratio=_ring_ratio(rows, "reduce_scatter", link))
+
+
+def _ring_ratio(rows: list[dict], op: str, link: Link) -> float:
+    """The median over `op`'s measured sizes of its time over a ring's with `link`'s latency
+    and bandwidth (1 where the op was not measured)."""
+    from .formulas import ring_all_gather_seconds
+
+    ratios = []
+    for row in rows:
+        if row.get("op") == op and row["seconds"] > 0:
+            ring = ring_all_gather_seconds(row["bytes"], link.nproc, link.busbw_for(row["bytes"]), link.alpha_s)
+            if ring > 0:
+                ratios.append(row["seconds"] / ring)
+    return statistics.median(ratios) if ratios else 1.0
 
 
 def load_comm_json(path: Path) -> Link:
@@ -199,12 +230,15 @@ def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: O
                  hosts=None) -> Link:
     """The all_reduce on `nproc` processes of this machine (for when no probe job has several
     processes), or on one process per host of `hosts` (measure.jobs.Hosts: the network between
-    them): a 4 KB message for the latency, then each of `sizes`."""
+    them): a 4 KB message for the latency, then each of `sizes`; FSDP's all_gather and
+    reduce_scatter at the same sizes."""
     from ..measure.jobs import run_job
+    from .probe_rank import FSDP_OPS
 
     with tempfile.TemporaryDirectory(prefix="scaletrain-probe-") as tmp:
         out = Path(tmp) / "comm.json"
-        argv = ["comm", "--ops", "all_reduce", "--sizes", ",".join(str(s) for s in sorted({4096, *sizes})),
+        argv = ["comm", "--ops", ",".join(("all_reduce", *FSDP_OPS)),
+                "--sizes", ",".join(str(s) for s in sorted({4096, *sizes})),
                 "--iters", "20", "--quiet", "--out", str(out)]
         if backend:
             argv += ["--backend", backend]

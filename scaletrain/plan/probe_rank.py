@@ -27,7 +27,7 @@ import torch.distributed as dist
 from ..measure.clock import Clock
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
 from ..train.optimizer import adam
-from .fsdp_overhead import fsdp_step_seconds
+from .overheads import fsdp_step_seconds, tp_step_seconds
 
 #: Steps whose DDP hook skips the all-reduce (the computation alone).
 LOCAL = "local"
@@ -46,6 +46,12 @@ LATENCY_BYTES = 4096
 #: predicted communication with it.
 LINK_SECONDS_PER_SIZE = 0.25
 LINK_ITERS = 200
+
+#: Blocks are timed on the whole batch and on this share of it (see _model_facts).
+SMALLEST_MICROBATCH_SHARE = 8
+
+#: FSDP's collectives, timed beside the all-reduce.
+FSDP_OPS = ("all_gather", "reduce_scatter")
 
 
 class _AllReduceSwitch:
@@ -80,14 +86,27 @@ def _block_values(values: list[float], per_block: int, skip_first: bool) -> list
     return [v for i, v in enumerate(values) if not (skip_first and i % per_block == 0)]
 
 
-def _link_rows(grad_tensor_bytes: list[int], device: torch.device) -> list[dict]:
+def _link_rows(grad_tensor_bytes: list[int], block_bytes: int, device: torch.device) -> list[dict]:
+    """The all_reduce at the latency's size and DDP's buckets; all_gather and reduce_scatter
+    at a block's size (what FSDP gathers and scatters), whose costs beyond a ring's differ by
+    backend."""
     from ..comm.runner import iterations_for, time_op
     from .formulas import ddp_buckets
 
-    sizes = sorted({LATENCY_BYTES, *ddp_buckets(grad_tensor_bytes)})
-    return [time_op("all_reduce", size, device, warmup=2,
-                    iters=iterations_for("all_reduce", size, device, LINK_ITERS, LINK_SECONDS_PER_SIZE))
-            for size in sizes]
+    ops = [("all_reduce", size) for size in sorted({LATENCY_BYTES, *ddp_buckets(grad_tensor_bytes)})]
+    ops += [(op, block_bytes) for op in FSDP_OPS if block_bytes > 0]
+    return [time_op(op, size, device, warmup=2,
+                    iters=iterations_for(op, size, device, LINK_ITERS, LINK_SECONDS_PER_SIZE))
+            for op, size in ops]
+
+
+def largest_block_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the largest of the model's blocks (FSDP's units)."""
+    from ..parallel.blocks import model_blocks
+
+    sizes = [sum(p.numel() * p.element_size() for p in module.get_submodule(name).parameters())
+             for name in model_blocks(module)]
+    return max(sizes, default=0)
 
 
 def measure_probe_round(spec: dict) -> dict:
@@ -154,14 +173,15 @@ def measure_probe_round(spec: dict) -> dict:
         module = run.unwrap(model)
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
         if run.world_size > 1:
-            result["link_rows"] = _link_rows(grads, run.device)
+            result["link_rows"] = _link_rows(grads, largest_block_bytes(module), run.device)
         else:
             result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
-            fsdp = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
-                                     min(steps, spec["steps"]), spec["warmup"])
-            if fsdp is not None:
-                result["fsdp_step_s"] = fsdp
+            for key, measure in (("fsdp_step_s", fsdp_step_seconds), ("tp_step_s", tp_step_seconds)):
+                seconds = measure(workload.build_model, workload.lr, batches, loss_fn, run.device,
+                                  min(steps, spec["steps"]), spec["warmup"])
+                if seconds is not None:
+                    result[key] = seconds
         return result
 
 
@@ -173,7 +193,11 @@ def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
 
     inputs, targets = next(batches)
     footprint = measure_footprint(module, optimizer, inputs, targets, loss_fn)
-    micro = max(1, len(targets) // (spec.get("microbatches") or 2))
+    # The smallest micro-batch a plan predicts (a pipeline's 4 × its stages, 2 stages of 2
+    # processes: an eighth of the batch), so that every other size lies between it and the
+    # whole batch: a line through two sizes drawn beyond them turned a block's measured noise
+    # into a micro-batch of 8 predicted anywhere from 49 to 156 ms a step.
+    micro = max(1, len(targets) // (spec.get("microbatches") or SMALLEST_MICROBATCH_SHARE))
     runs, units = model_units(module)
     return {"footprint": footprint.as_dict(),
             "block_s": block_seconds(module, runs, inputs, targets, loss_fn),

@@ -43,13 +43,16 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
     link = probe.link
     if link is not None:
         lines.append(f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs "
-                     f"per ring step ({link.source})")
+                     f"per ring step ({link.source})" + _beyond_a_ring(link))
     if probe.fsdp_overhead_s > 0:
         lines.append(f"FSDP's own cost per step on one process (gathers, copies, DTensors): "
                      f"{probe.fsdp_overhead_s * 1e3:.1f} ms")
+    if probe.tp_overhead_s > 0:
+        lines.append(f"tensor parallel's own cost per step on one process (DTensor dispatch): "
+                     f"{probe.tp_overhead_s * 1e3:.1f} ms")
     network = probe.network.fitted() if probe.network is not None else None
     between = (f"between machines (measured: {network.source}) {network.busbw * 8 / 1e9:.2f} Gbit/s bus bandwidth, "
-               f"{network.alpha_s * 1e6:.0f} µs per ring step" if network is not None else
+               f"{network.alpha_s * 1e6:.0f} µs per ring step{_beyond_a_ring(network)}" if network is not None else
                f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs "
                "(--link-gbps, --link-latency-us)")
     lines.append(f"machines like this one: {options.nproc_per_node} process(es) each on {options.cores} core(s); "
@@ -84,3 +87,11 @@ def print_plan(probe: Probe, options: Options, predictions: list[Prediction], sp
         console.print(line, soft_wrap=True)
     for line in conclusions:
         console.print(line, soft_wrap=True)
+
+
+def _beyond_a_ring(link) -> str:
+    """all_gather's and reduce_scatter's measured times against a ring's, where measured."""
+    if link.gather_ratio == 1.0 and link.scatter_ratio == 1.0:
+        return ""
+    return (f"; all_gather takes {link.gather_ratio:.1f}×, reduce_scatter {link.scatter_ratio:.1f}× "
+            "a ring's time (FSDP's collectives)")

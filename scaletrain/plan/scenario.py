@@ -43,6 +43,12 @@ class Scenario:
                            alpha_s=self.link.alpha_s if self.link else 0.0)
         return self
 
+    def gather_scatter_ratios(self) -> tuple[float, float]:
+        """all_gather's and reduce_scatter's measured times over a ring's: across machines the
+        network's (its collectives are the slow part), on one machine this machine's."""
+        link = self.network or self.link
+        return (link.gather_ratio, link.scatter_ratio) if link is not None else (1.0, 1.0)
+
     def busbw(self, nbytes: float) -> float:
         """The ring's bus bandwidth for messages of `nbytes`: this machine's, and across machines
         the slower of it and the network's."""

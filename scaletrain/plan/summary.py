@@ -58,7 +58,9 @@ def median_probe(probes: list[Probe]) -> Probe:
         link = Link(alpha_s=statistics.median(p.link.alpha_s for p in probes),
                     busbw=statistics.median(p.link.busbw for p in probes), nproc=link.nproc, source=link.source,
                     points=tuple((size, statistics.median(p.link.busbw_for(size) for p in probes))
-                                 for size, _ in link.points))
+                                 for size, _ in link.points),
+                    gather_ratio=statistics.median(p.link.gather_ratio for p in probes),
+                    scatter_ratio=statistics.median(p.link.scatter_ratio for p in probes))
     ddp = first.ddp_step
     if ddp is not None and all(p.ddp_step is not None for p in probes):
         ddp = replace(ddp, step_s=statistics.median(p.ddp_step.step_s for p in probes),

@@ -1,0 +1,70 @@
+"""The probe's measurements of the machinery's own cost (plan/overheads.py), in a process of one:
+FSDP's and tensor parallel's steps are real steps of the prepared model, and a model without a
+tensor-parallel plan gets no figure rather than a failed probe."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import json, torch, torch.distributed as dist
+    from scaletrain.plan.overheads import fsdp_step_seconds, tp_step_seconds
+    from scaletrain.workloads import get_workload
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    torch.set_num_threads(1)
+    figures = {}
+    for name in ("stdlib-gpt", "synthetic-mlp"):
+        w = get_workload(name, None, None)
+        train, _ = w.build_datasets(0)
+        loss_fn = w.training_task(train[0]).loss_fn
+        loader = torch.utils.data.DataLoader(train, batch_size=8, shuffle=True, drop_last=True)
+        def forever():
+            while True:
+                yield from loader
+        cpu = torch.device("cpu")
+        figures[name] = {"fsdp": fsdp_step_seconds(w.build_model, w.lr, forever(), loss_fn, cpu, 3, 1),
+                         "tp": tp_step_seconds(w.build_model, w.lr, forever(), loss_fn, cpu, 3, 1)}
+    dist.destroy_process_group()
+    print(json.dumps(figures))
+""")
+
+
+def test_prepared_steps_are_timed_where_the_model_allows_them():
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    gpt, mlp = figures["stdlib-gpt"], figures["synthetic-mlp"]
+    # The GPT has a tensor-parallel plan: its DTensor step (mixed DTensors and plain tensors,
+    # stepped by the optimizer the strategies retarget) runs and takes time; FSDP shards both.
+    assert gpt["tp"] > 0 and gpt["fsdp"] > 0 and mlp["fsdp"] > 0
+    assert mlp["tp"] is None  # no plan: no figure, not a failed probe
+
+
+def test_machinery_costs_add_to_the_configurations_that_use_them():
+    # tensor parallel's DTensor dispatch on every tp configuration (for the stage's share of the
+    # model, however many ways it splits), FSDP's copies on every FSDP configuration (for the
+    # share held), neither on ddp; and a probe's all-gather and reduce-scatter measured slower
+    # than a ring's make FSDP's communication slower by as much.
+    from dataclasses import replace
+
+    from scaletrain.plan.predict import predict
+
+    from .test_measure_cost_models import probe
+    from .test_measure_formulas import _options as options
+
+    base = probe()
+    base = replace(base, footprint=replace(base.footprint, block_tp_param_bytes=(0, 4_000_000, 0, 0),
+                                           block_tp_reduce_bytes_per_sample=(0.0, 100.0, 0.0, 0.0)))
+    costly = replace(base, tp_overhead_s=0.010, fsdp_overhead_s=0.004)
+    tp = {"tp": 2}
+    assert predict(costly, "tp", 2, options(), tp).compute_s == pytest.approx(
+        predict(base, "tp", 2, options(), tp).compute_s + 0.010)
+    assert predict(costly, "ddp", 2, options()).step_s == predict(base, "ddp", 2, options()).step_s
+    assert predict(costly, "fsdp", 2, options()).compute_s > predict(base, "fsdp", 2, options()).compute_s
+    slow = replace(base, link=replace(base.link, gather_ratio=2.0, scatter_ratio=3.0))
+    # two gathers and one reduce-scatter of equal bytes per block: (2 × 2 + 3) ÷ 3 the ring's time
+    assert predict(slow, "fsdp", 2, options()).comm_s == pytest.approx(7 / 3 * predict(base, "fsdp", 2, options()).comm_s)
