@@ -69,10 +69,12 @@ def main(argv=None) -> int:
                         "smallest one's (default 0.5: half way)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--out", type=Path)
+    p.add_argument("--json", type=Path, help="also write every candidate's predicted and measured figures here")
     args = p.parse_args(argv)
     rows = ["| workload | processes | memory budget | auto chose | its samples/s | fastest measured | its samples/s | "
             "auto ÷ fastest | decision s | exhaustive s |", "|---|---:|---|---|---:|---|---:|---:|---:|---:|"]
     right, total, decided, searched = 0, 0, 0.0, 0.0
+    kept: list = []  # every scenario's candidates, predicted and measured (--json)
     with tempfile.TemporaryDirectory(prefix="scaletrain-auto-") as tmp:
         for workload in [w for w in args.workloads.split(",") if w]:
             for world in [int(n) for n in args.worlds.split(",")]:
@@ -122,11 +124,21 @@ def main(argv=None) -> int:
                            f"{seconds:.0f} | {search_s:.0f} |")
                     rows.append(row)
                     print(row, flush=True)
+                    kept.append({"workload": workload, "world_size": world, "budget_gb": budget,
+                                 "chosen": chose_key and list(chose_key), "decision_s": seconds,
+                                 "candidates": [{"strategy": c["strategy"], "options": c["options"],
+                                                 "predicted_samples_per_s": c["samples_per_s"],
+                                                 "predicted_memory_bytes": c["memory_bytes"],
+                                                 "measured": measured.get((c["strategy"],
+                                                                           json.dumps(c["options"], sort_keys=True)))}
+                                                for c in doc["candidates"]]})
     summary = (f"auto within 10% of the fastest in {right} of {total} scenarios; decisions took {decided:.0f} s "
                f"against {searched:.0f} s of exhaustive measurement ({decided / max(searched, 1e-9):.0%})")
     print(summary)
     if args.out:
         args.out.write_text("\n".join(rows) + "\n\n" + summary + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(kept, indent=1))
     return 0
 
 

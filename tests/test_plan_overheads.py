@@ -68,3 +68,30 @@ def test_machinery_costs_add_to_the_configurations_that_use_them():
     slow = replace(base, link=replace(base.link, gather_ratio=2.0, scatter_ratio=3.0))
     # two gathers and one reduce-scatter of equal bytes per block: (2 × 2 + 3) ÷ 3 the ring's time
     assert predict(slow, "fsdp", 2, options()).comm_s == pytest.approx(7 / 3 * predict(base, "fsdp", 2, options()).comm_s)
+
+
+def test_a_choice_keeps_the_memory_predictions_room_below_the_budget():
+    # The fastest candidate predicted inside the room the memory prediction can miss by is passed
+    # over for the fastest that leaves it; with none leaving it, the fastest that fits is taken
+    # and the choice says it is tight.
+    from dataclasses import replace
+
+    from scaletrain.plan.choose import MEMORY_ROOM, choose
+
+    from .test_measure_cost_models import probe
+    from .test_measure_formulas import _options as options
+
+    base = probe()
+    base = replace(base, footprint=replace(base.footprint, checkpointed_activation_bytes_per_sample={"full": 100.0}))
+    unlimited = choose([base], 2, 32, options())
+    by_speed = [p for p in unlimited.candidates]
+    fastest = by_speed[0]
+    leaner = min((p for p in by_speed if p.memory_bytes < fastest.memory_bytes * 0.85), key=lambda p: -p.samples_per_s)
+    budget = fastest.memory_bytes * 1.02  # the fastest fits, inside the room
+    chosen = choose([base], 2, 32, options(device_memory_bytes=budget))
+    assert leaner.memory_bytes <= budget * (1 - MEMORY_ROOM)
+    assert (chosen.chosen.strategy, chosen.chosen.options) != (fastest.strategy, fastest.options)
+    assert chosen.chosen.memory_bytes <= budget * (1 - MEMORY_ROOM) and not chosen.tight
+    tight_budget = min(p.memory_bytes for p in by_speed) * 1.02
+    tight = choose([base], 2, 32, options(device_memory_bytes=tight_budget))
+    assert tight.tight and "Tight" in tight.lines()[0]

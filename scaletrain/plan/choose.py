@@ -25,6 +25,12 @@ from .scenario import Options
 #: The checkpointing modes tried: none, then full (the cheapest change that saves most memory).
 CHECKPOINTING = ("none", "full")
 
+#: Room kept below the memory budget: a process's measured peak moves about this much from
+#: the prediction (docs/memory.md: most configurations within ±10% on a CPU, whose resident
+#: memory also moves 10–20% between runs of one command). A candidate predicted inside the
+#: room is taken only when none has it, and the choice says so.
+MEMORY_ROOM = 0.10
+
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
@@ -65,6 +71,10 @@ class Choice:
     candidates: list = field(default_factory=list)
     """Every prediction made (fitting or not), fastest first: what an exhaustive search would measure."""
     speedup_interval: Optional[tuple] = None
+    tight: bool = False
+    """The chosen configuration's predicted peak is within MEMORY_ROOM of the budget: none
+    that fits had that room."""
+    budget_bytes: float = 0.0
 
     def flags(self) -> list[str]:
         """The chosen configuration as `scaletrain train` flags."""
@@ -92,6 +102,10 @@ class Choice:
         first = (f"Chosen: {self.label()}: {c.speedup:.2f}× one process predicted{interval}, "
                  f"{c.samples_per_s:,.0f} samples/s, {c.memory_bytes / 1e6:,.0f} MB per process; the fastest of "
                  f"{self.considered} configurations predicted.")
+        if self.tight:
+            first += (f" Tight: {c.memory_bytes / 1e6:,.0f} MB predicted against {self.budget_bytes / 1e6:,.0f} MB, "
+                      f"inside the {MEMORY_ROOM:.0%} the prediction can miss by; none that fits leaves that room "
+                      f"(watch peak_memory_bytes, or give more processes).")
         if c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
             first += (f" Below the {WORTH_AT_SPEEDUP:g}× that pays: one process (--nproc-per-node 1) would do about as "
                       f"well.")
@@ -123,9 +137,14 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
             rejected.append(f"{name} {_short(chosen_options)} needs {middle.memory_bytes / 1e6:,.0f} MB".strip())
             continue
         predicted.append((middle, [p.speedup for p in rounds]))
-    predicted.sort(key=lambda item: item[0].samples_per_s, reverse=True)
+    # The fastest first among those that leave the prediction's room below the budget; those
+    # inside the room only when no candidate has it.
+    budget = options.device_memory_bytes
+    roomy = lambda p: p.memory_bytes <= budget * (1 - MEMORY_ROOM)  # noqa: E731
+    predicted.sort(key=lambda item: (roomy(item[0]), item[0].samples_per_s), reverse=True)
     choice = Choice(predicted[0][0] if predicted else None, predicted[1][0] if len(predicted) > 1 else None,
-                    rejected, len(found), sorted(every, key=lambda p: p.samples_per_s, reverse=True))
+                    rejected, len(found), sorted(every, key=lambda p: p.samples_per_s, reverse=True),
+                    tight=bool(predicted) and not roomy(predicted[0][0]), budget_bytes=budget)
     if predicted and len(predicted[0][1]) >= 2:
         speedups = predicted[0][1]
         choice.speedup_interval = (min(speedups), max(speedups)) if len(speedups) < 3 else \
