@@ -19,6 +19,10 @@ import torch
 
 from ..errors import UsageError
 from ..measure.footprint import Footprint
+from .formulas import ring_all_gather_seconds
+
+#: FSDP's collectives, timed beside the all-reduce (their cost beyond a ring's differs by backend).
+FSDP_OPS = ("all_gather", "reduce_scatter")
 
 
 @dataclass(frozen=True)
@@ -205,8 +209,6 @@ def link_from_rows(rows: list[dict], source: str) -> Link:
 def _ring_ratio(rows: list[dict], op: str, link: Link) -> float:
     """The median over `op`'s measured sizes of its time over a ring's with `link`'s latency
     and bandwidth (1 where the op was not measured)."""
-    from .formulas import ring_all_gather_seconds
-
     ratios = []
     for row in rows:
         if row.get("op") == op and row["seconds"] > 0:
@@ -233,7 +235,6 @@ def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: O
     them): a 4 KB message for the latency, then each of `sizes`; FSDP's all_gather and
     reduce_scatter at the same sizes."""
     from ..measure.jobs import run_job
-    from .probe_rank import FSDP_OPS
 
     with tempfile.TemporaryDirectory(prefix="scaletrain-probe-") as tmp:
         out = Path(tmp) / "comm.json"

@@ -25,9 +25,11 @@ import torch
 import torch.distributed as dist
 
 from ..measure.clock import Clock
+from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
 from ..train.optimizer import adam
 from .overheads import fsdp_step_seconds, tp_step_seconds
+from .probe import FSDP_OPS
 
 #: Steps whose DDP hook skips the all-reduce (the computation alone).
 LOCAL = "local"
@@ -49,9 +51,6 @@ LINK_ITERS = 200
 
 #: Blocks are timed on the whole batch and on this share of it (see _model_facts).
 SMALLEST_MICROBATCH_SHARE = 8
-
-#: FSDP's collectives, timed beside the all-reduce.
-FSDP_OPS = ("all_gather", "reduce_scatter")
 
 
 class _AllReduceSwitch:
@@ -86,7 +85,7 @@ def _block_values(values: list[float], per_block: int, skip_first: bool) -> list
     return [v for i, v in enumerate(values) if not (skip_first and i % per_block == 0)]
 
 
-def _link_rows(grad_tensor_bytes: list[int], block_bytes: int, device: torch.device) -> list[dict]:
+def _link_rows(grad_tensor_bytes: list[int], largest_block: int, device: torch.device) -> list[dict]:
     """The all_reduce at the latency's size and DDP's buckets; all_gather and reduce_scatter
     at a block's size (what FSDP gathers and scatters), whose costs beyond a ring's differ by
     backend."""
@@ -94,19 +93,11 @@ def _link_rows(grad_tensor_bytes: list[int], block_bytes: int, device: torch.dev
     from .formulas import ddp_buckets
 
     ops = [("all_reduce", size) for size in sorted({LATENCY_BYTES, *ddp_buckets(grad_tensor_bytes)})]
-    ops += [(op, block_bytes) for op in FSDP_OPS if block_bytes > 0]
+    ops += [(op, largest_block) for op in FSDP_OPS if largest_block > 0]
     return [time_op(op, size, device, warmup=2,
                     iters=iterations_for(op, size, device, LINK_ITERS, LINK_SECONDS_PER_SIZE))
             for op, size in ops]
 
-
-def largest_block_bytes(module: torch.nn.Module) -> int:
-    """Bytes of the largest of the model's blocks (FSDP's units)."""
-    from ..parallel.blocks import model_blocks
-
-    sizes = [sum(p.numel() * p.element_size() for p in module.get_submodule(name).parameters())
-             for name in model_blocks(module)]
-    return max(sizes, default=0)
 
 
 def measure_probe_round(spec: dict) -> dict:
@@ -173,7 +164,7 @@ def measure_probe_round(spec: dict) -> dict:
         module = run.unwrap(model)
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
         if run.world_size > 1:
-            result["link_rows"] = _link_rows(grads, largest_block_bytes(module), run.device)
+            result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
         else:
             result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
