@@ -10,7 +10,9 @@ activation checkpointing — and the largest process's `peak_memory_bytes` is co
 plan's `memory_bytes` for that configuration. DeepSpeed's published formula for model states
 (16 bytes per parameter for mixed-precision Adam, ÷ N under ZeRO-3; activations and the
 process left out) and Accelerate's `estimate-memory` ("training with Adam": 4 × the fp32 model)
-are shown beside where they apply. Prints a Markdown table (also to --out).
+are shown beside where they apply. Prints a Markdown table (also to --out). plan and train both
+run with `--steady-memory` (freed tensors of 4 MB and more returned at once, so that resident
+memory is what a process holds); `--glibc-default` runs them without it.
 
 Models: mlp134 (a user's 134 MB MLP, `--model memory_models:mlp134` on the synthetic images),
 stdlib-gpt (the built-in byte-level GPT at batch 256), llama (a Hugging Face Llama from a config on
@@ -45,7 +47,12 @@ DEEP = {"flags": ["--workload", "synthetic-mlp", "--model", "memory_models:deep_
 STRATEGIES = [("single", 1, {}), ("ddp", 2, {}), ("fsdp", 2, {}), ("pipeline", 2, {})]
 
 
+#: `--steady-memory` (the default here) or nothing (`--glibc-default`): given to plan and train alike.
+STEADY = ["--steady-memory"]
+
+
 def _run(argv: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    argv = [*argv[:1], *STEADY, *argv[1:]]
     done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], cwd=HERE, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
     if done.returncode != 0:
@@ -119,8 +126,12 @@ def main(argv=None) -> int:
     p.add_argument("--checkpointing", default="none,full", help="activation checkpointing modes (default none,full)")
     p.add_argument("--no-reshard", dest="reshard", action="store_false",
                    help="skip the comparison of fsdp ×2 with reshard_after_forward true and false (on a deep MLP)")
+    p.add_argument("--glibc-default", action="store_true",
+                   help="run plan and train without --steady-memory (glibc's own mmap threshold, which moves)")
     p.add_argument("--out", type=Path, help="also write the Markdown table here")
     args = p.parse_args(argv)
+    if args.glibc_default:
+        STEADY.clear()
     started = time.time()
     rows = ["| model | configuration | checkpointing | predicted MB | measured MB | error | DeepSpeed (states) MB | "
             "Accelerate MB |", "|---|---|---|---:|---:|---:|---:|---:|"]

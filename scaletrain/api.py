@@ -40,6 +40,7 @@ from .environment import DistEnv, detect
 from .errors import UsageError, arg
 from .fault.start import backstop_timeout, start_watchdog
 from .memory import MemoryMeter
+from .steady_memory import make_steady, wanted
 from .parallel import ModelPart, Prepared, Topology
 from .parallel.model_state import ModuleState
 from .precision import LossScaler
@@ -465,7 +466,8 @@ def _timeout(value: Optional[float | timedelta]) -> timedelta:
 def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
-         tracker_dir: Optional[str | Path] = None, **strategy_options: Any) -> Run:
+         tracker_dir: Optional[str | Path] = None, steady_memory: Optional[bool] = None,
+         **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
@@ -475,8 +477,12 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     bind each of a node's processes to its own cores (see `devices.pin_cores`); False
     leaves the affinity to the operating system. `trackers`: names ("tensorboard", "wandb",
     "mlflow", "csv") or tracker objects, opened on rank 0 and writing under `tracker_dir`
-    (default: a new folder under runs/); see `run.log`."""
+    (default: a new folder under runs/); see `run.log`. `steady_memory`: give freed tensors of
+    4 MB and more back to the system at once, so that a CPU process's resident memory is what
+    it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says)."""
     env = detect(os.environ if environ is None else environ)
+    if wanted(steady_memory, os.environ if environ is None else environ):
+        make_steady()  # before the model and the data: every large tensor from here on
     strat = get_strategy(strategy, **strategy_options)
     wait = _timeout(timeout)
     check_trackers(trackers)  # a missing package is found before any process waits for this one

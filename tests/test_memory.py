@@ -81,7 +81,7 @@ def test_plan_memory_counts_shares_checkpointing_and_fsdp_gathers():
     from tests.test_measure_cost_models import probe as hand_probe
 
     from scaletrain.plan.configuration import configuration
-    from scaletrain.plan.memory_model import in_use, peak_bytes
+    from scaletrain.plan.memory_model import FSDP_GATHERED_BLOCKS, RECOMPUTE_HEIGHT, in_use, peak_bytes
 
     from dataclasses import replace
 
@@ -94,10 +94,19 @@ def test_plan_memory_counts_shares_checkpointing_and_fsdp_gathers():
     units = [0, 1, 2, 3]
     assert in_use(p, ddp, units, 1.0, 1.0, 4e6)["optimizer_state"] == pytest.approx(16e6)
     assert in_use(p, fsdp, units, 1.0, 1.0, 4e6)["optimizer_state"] == pytest.approx(8e6)
-    assert in_use(p, fsdp, units, 1.0, 1.0, 4e6)["transient"] == pytest.approx(4.5 * 4e6)
+    assert in_use(p, fsdp, units, 1.0, 1.0, 4e6)["transient"] == pytest.approx(FSDP_GATHERED_BLOCKS * 4e6)
+    # DDP: the largest gradient before it lands in its bucket.
+    assert in_use(p, ddp, units, 1.0, 1.0, 4e6)["transient"] == pytest.approx(4e6)
     full = configuration("ddp", 2, {"activation_checkpointing": "full"})
-    assert in_use(p, full, units, 1.0, 1.0, 4e6)["activations"] == pytest.approx((250 + 1.5 * 400) * 32)
+    assert in_use(p, full, units, 1.0, 1.0, 4e6)["activations"] == pytest.approx((250 + RECOMPUTE_HEIGHT * 400) * 32)
     assert in_use(p, ddp, units, 1.0, 1.0, 4e6)["activations"] == pytest.approx(1000 * 32)
+    # A pipeline's first stage keeps its 2 micro-batches (the whole batch) but computes one
+    # checkpointed block again for one micro-batch at a time; micro-batches' gradients are added
+    # up, the largest of its tensors on the way.
+    piped = configuration("pipeline", 2, {"activation_checkpointing": "full", "microbatches": 2})
+    first = in_use(p, piped, [0, 1], 0.5, 1.0, 4e6, stage=0)
+    assert first["activations"] == pytest.approx((250 * 400 / 1000 * 32) + RECOMPUTE_HEIGHT * 300 * 16)
+    assert first["transient"] == pytest.approx(min(fp.largest_tensor_bytes, 4e6))
     keep = configuration("fsdp", 2, {"reshard_after_forward": False})
     assert peak_bytes(p, keep) > peak_bytes(p, fsdp)
 

@@ -38,7 +38,7 @@ from .outdir import check_out, create_out, default_out, discard_unstarted, hold_
 from .train_rank import said_by_this_rank
 from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, common_option_defaults, strategy_options_from_args
-from .perf_options import add_memory_arguments, add_perf_arguments, apply_perf_options
+from .perf_options import add_memory_arguments, add_perf_arguments, apply_perf_options, apply_steady_memory
 from .track_options import add_track_arguments, track_config
 
 NAME = "train"
@@ -205,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         argv = args.argv[args.argv.index(NAME) + 1:] if NAME in args.argv else []
         args = config_file.apply(args, build_parser, argv)
+    apply_steady_memory(args)
     env = detect(os.environ)
     config = config_from_args(args)
     # A process that stands for a whole node (a Kubernetes pod) starts the node's ranks when

@@ -14,23 +14,25 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import formulas as f
 from .configuration import Configuration
 from .probe import Probe
 
 #: A checkpointed block's backward: its activations computed again, and their gradients
 #: alongside (on stdlib-gpt and a Llama, about 1.5 times the block's saved activations).
-RECOMPUTE_HEIGHT = 1.5
+RECOMPUTE_HEIGHT = 1.2
 
-#: Buffers a ring all-reduce of one bucket allocates (send, receive, reduce), measured on
-#: Gloo: a DDP process of two held three of its largest bucket more than one of one.
-COMM_BUFFERS = 3
+#: FSDP's backward of its largest block holds that block gathered, its gradient whole and the
+#: shard the reduce-scatter returns (the next block's prefetch lands after they are freed):
+#: measured with `--steady-memory`, 2.5 blocks above the states on the 134 MB MLP's 67 MB block.
+FSDP_GATHERED_BLOCKS = 2.5
 
 
-def activation_bytes(probe: Probe, config: Configuration, units: list[int], share: float, samples: float) -> float:
+def activation_bytes(probe: Probe, config: Configuration, units: list[int], share: float, samples: float,
+                     microbatch: Optional[float] = None) -> float:
     """What forward keeps for backward of `samples` samples in these units (a stage), under
-    the configuration's activation checkpointing, plus (checkpointing) the one block whose
-    activations backward computes again at a time."""
+    the configuration's activation checkpointing, plus (checkpointing) the one block of one
+    micro-batch (`microbatch` samples; default `samples`) whose activations backward computes
+    again at a time."""
     fp = probe.footprint
     per_unit = fp.block_activation_bytes_per_sample or ()
     whole = fp.activation_bytes_per_sample
@@ -46,7 +48,7 @@ def activation_bytes(probe: Probe, config: Configuration, units: list[int], shar
     # Backward computes one block's activations again and, going through it, their gradients:
     # measured, about half as much again as the block's activations at their height.
     recomputed = RECOMPUTE_HEIGHT * max((per_unit[i] for i in units), default=0.0) if per_unit else 0.0
-    return (kept * fraction + recomputed) * samples * share
+    return (kept * fraction * samples + recomputed * (samples if microbatch is None else microbatch)) * share
 
 
 def in_use(probe: Probe, config: Configuration, units: list[int], stage_fraction: float, tp_share: float,
@@ -63,9 +65,9 @@ def in_use(probe: Probe, config: Configuration, units: list[int], stage_fraction
         # GPipe keeps every micro-batch's activations until backward; 1F1B keeps at most as many
         # as there are stages from this one to the last (the last stage goes straight to backward).
         in_flight = m if config.options.get("schedule") == "gpipe" else min(dims.pp - stage, m)
-        samples = batch / m * in_flight
+        samples, microbatch = batch / m * in_flight, batch / m
     else:
-        samples = batch
+        samples = microbatch = batch
     # Tensor parallel splits the activations inside attention and the MLP (heads, hidden units);
     # the residual stream and the norms' stay whole in every process: about half of them.
     activation_share = (1 + tp_share) / 2
@@ -73,29 +75,30 @@ def in_use(probe: Probe, config: Configuration, units: list[int], stage_fraction
              "parameters": fp.param_bytes * held / shards,
              "gradients": fp.grad_bytes * held / shards,
              "optimizer_state": fp.optimizer_bytes * held / shards,
-             "activations": activation_bytes(probe, config, units, activation_share, samples)}
-    parts["transient"] = transient_bytes(probe, config, held, largest_unit)
+             "activations": activation_bytes(probe, config, units, activation_share, samples, microbatch)}
+    largest_tensor = fp.largest_tensor_bytes * tp_share if len(units) == len(fp.block_param_bytes) else \
+        min(fp.largest_tensor_bytes, largest_unit) * tp_share
+    parts["transient"] = transient_bytes(probe, config, held, largest_unit, largest_tensor)
     return parts
 
 
-def transient_bytes(probe: Probe, config: Configuration, held: float, largest_unit: float) -> float:
-    """DDP: a gradient computed before it is copied into its bucket. FSDP: a block gathered
-    whole, its gradient whole and on its way through the reduce-scatter, and the next block
-    prefetched; with
-    reshard_after_forward false (or N) the blocks also stay gathered (N ways) from forward to
-    backward."""
+def transient_bytes(probe: Probe, config: Configuration, held: float, largest_unit: float,
+                    largest_tensor: float) -> float:
+    """DDP: a gradient computed before it is copied into its bucket (Gloo's ring works in the
+    bucket and a few small buffers: a DDP process of two peaked 4 MB above one of one on the
+    134 MB MLP). A pipeline: a micro-batch's gradient before it is added to those of the
+    micro-batches before it. FSDP: a block gathered whole, its gradient whole and its shard
+    from the reduce-scatter; with reshard_after_forward false (or N) the blocks also stay
+    gathered (N ways) from forward to backward."""
     fp = probe.footprint
     if config.data_parallel == "ddp":
-        # Gloo's ring all-reduce of a bucket works through buffers of the bucket's size (a
-        # process of one sends nothing).
-        buckets = f.ddp_buckets(list(fp.grad_tensor_bytes)) if config.dims.dp_replicate > 1 else []
-        return float(fp.largest_tensor_bytes) + COMM_BUFFERS * max(buckets, default=0)
+        return float(largest_tensor)
     if config.data_parallel != "fsdp":
-        return 0.0
+        return float(largest_tensor) if config.pipelined and config.microbatches > 1 else 0.0
     shards = config.dims.dp_shard
-    # Backward of the largest block: its parameters gathered, its gradient whole, the copy the
-    # reduce-scatter sends and the shard it returns, and the next block's parameters prefetched.
-    gathered = 4.5 * largest_unit
+    gathered = FSDP_GATHERED_BLOCKS * largest_unit
+    if config.pipelined and config.microbatches > 1:
+        gathered += largest_tensor / shards
     reshard = config.options.get("reshard_after_forward", True)
     if reshard is False:
         gathered += fp.param_bytes * held * (1 - 1 / shards)

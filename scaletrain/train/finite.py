@@ -27,6 +27,16 @@ from ..parallel.model_state import local_part
 _NONE = math.inf  # "no non-finite step seen", as the MIN reduction wants it
 
 
+def _finite(tensor: torch.Tensor) -> torch.Tensor:
+    """Whether every element is finite, as a tensor, without a temporary of the tensor's size:
+    the smallest and largest elements are NaN or ±inf when any element is (a reduction
+    propagates NaN). `torch.isfinite(t)` makes a float and two boolean copies of `t` — on
+    the 134 MB MLP about 117 MB more at the check's moment, a peak of its own."""
+    if tensor.numel() == 0 or not tensor.is_floating_point():
+        return torch.ones((), dtype=torch.bool, device=tensor.device)
+    return torch.isfinite(torch.stack(torch.aminmax(tensor))).all()
+
+
 class TrainingDiverged(UsageError):
     """The loss, gradients or weights went non-finite: going on would train nothing and
     could only write NaN over good checkpoints. Not a usage error of a flag, but like one
@@ -61,7 +71,7 @@ class NonFiniteGuard:
         otherwise stops the run (TrainingDiverged), or, with keep_going, says so once and
         returns False."""
         tensors = list(self._tensors())
-        weights_ok = torch.stack([torch.isfinite(t).all() for t in tensors]).all() if tensors else torch.tensor(True)
+        weights_ok = torch.stack([_finite(t) for t in tensors]).all() if tensors else torch.tensor(True)
         verdict = torch.stack([self.first_bad, torch.where(weights_ok.to(self.first_bad.device), 0.0, -1.0).to(
             self.first_bad.dtype)])
         if dist.is_initialized() and dist.get_world_size() > 1:
