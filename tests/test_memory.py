@@ -120,3 +120,31 @@ def test_library_auto_shards_only_what_does_not_fit():
         model = run.setup(nn.Linear(4, 2))
         assert run.describe()["strategy"] == "auto" and run.describe()["mesh"] == "1 process"
         assert run.unwrap(model).weight.shape == (2, 4)
+
+
+def test_live_bytes_count_the_tensors_alive_at_once():
+    from scaletrain.measure.live_bytes import LiveBytes
+
+    with LiveBytes() as live:
+        a = torch.ones(1000)           # 4,000 bytes
+        b = torch.ones(2000)           # 8,000: 12,000 alive
+        del a
+        c = torch.ones(500) + 1        # a temporary of 2,000 and its sum: 12,000 again at most
+        a_view = b[:10]                # a view is no new memory
+    assert live.peak == 12_000 and live.now == 8_000 + 2_000
+    del b, c, a_view
+
+
+def test_recompute_height_is_measured_and_leaves_the_model_as_it_was():
+    """Backward's height over a checkpointed block, from live tensors with and without
+    checkpointing: positive for a transformer, and no block keeps a checkpointed forward."""
+    from scaletrain.measure.footprint import _saved_by_unit, checkpointed_activations, model_units, recompute_height
+
+    model = gpt()
+    x, y = batches(1)[0]
+    runs, _ = model_units(model)
+    per_unit = _saved_by_unit(model, runs, x, y, loss_fn)
+    kept = checkpointed_activations(model, runs, x, per_unit)["full"] * len(x)
+    height = recompute_height(model, x, y, loss_fn, per_unit, kept)
+    assert 0.3 < height < 4, height
+    assert not any("forward" in m.__dict__ for m in model.modules())

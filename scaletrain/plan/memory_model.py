@@ -18,7 +18,8 @@ from .configuration import Configuration
 from .probe import Probe
 
 #: A checkpointed block's backward: its activations computed again, and their gradients
-#: alongside (on stdlib-gpt and a Llama, about 1.5 times the block's saved activations).
+#: alongside, in units of the block's saved activations — where the probe did not measure
+#: the model's own (Footprint.recompute_height: the GPT 0.9, a Llama 1.7).
 RECOMPUTE_HEIGHT = 1.2
 
 #: FSDP's backward of its largest block holds that block gathered, its gradient whole and the
@@ -47,7 +48,8 @@ def activation_bytes(probe: Probe, config: Configuration, units: list[int], shar
     fraction = mine / whole if whole else 1.0
     # Backward computes one block's activations again and, going through it, their gradients:
     # measured, about half as much again as the block's activations at their height.
-    recomputed = RECOMPUTE_HEIGHT * max((per_unit[i] for i in units), default=0.0) if per_unit else 0.0
+    height = fp.recompute_height or RECOMPUTE_HEIGHT
+    recomputed = height * max((per_unit[i] for i in units), default=0.0) if per_unit else 0.0
     return (kept * fraction * samples + recomputed * (samples if microbatch is None else microbatch)) * share
 
 
