@@ -95,3 +95,40 @@ def test_a_choice_keeps_the_memory_predictions_room_below_the_budget():
     tight_budget = min(p.memory_bytes for p in by_speed) * 1.02
     tight = choose([base], 2, 32, options(device_memory_bytes=tight_budget))
     assert tight.tight and "Tight" in tight.lines()[0]
+
+
+def test_a_real_tensor_parallel_step_sets_what_tensor_parallel_adds():
+    """The probe's job of two processes times a tensor-parallel step across both (each fed the
+    same batch); the plan's tp ×2 on this machine then predicts that step, and the machinery it
+    adds is what the step took beyond the arithmetic's share and the all-reduces."""
+    done = subprocess.run([sys.executable, "-m", "scaletrain", "plan", "--workload", "stdlib-gpt", "--batch-size", "16",
+                           "--strategy", "tp,ddp", "--world-sizes", "2", "--steps", "3", "--warmup", "1",
+                           "--probe-rounds", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    measured = doc["probe"]["tp_step"]
+    assert measured["world_size"] == 2 and measured["step_s"] > 0
+    tp2 = next(p for p in doc["predictions"] if p["strategy"] == "tp" and p["world_size"] == 2)
+    assert tp2["step_s"] >= measured["step_s"] * 0.999
+
+
+def test_the_measured_tensor_parallel_step_replaces_the_mesh_of_one_figure():
+    from dataclasses import replace
+
+    from scaletrain.plan.cost_models import tp_machinery_seconds
+    from scaletrain.plan.predict import predict
+    from scaletrain.plan.probe import TpStep, probe_from_dict
+
+    from .test_measure_cost_models import probe
+    from .test_measure_formulas import _options as options
+
+    base = probe()
+    base = replace(base, footprint=replace(base.footprint, block_tp_param_bytes=(0, 4_000_000, 0, 0),
+                                           block_tp_reduce_bytes_per_sample=(0.0, 100.0, 0.0, 0.0)),
+                   tp_overhead_s=0.010)
+    plain = predict(replace(base, tp_overhead_s=0.0), "tp", 2, options(nproc_per_node=2), {"tp": 2})
+    slow = replace(base, tp_step=TpStep(world_size=2, threads=1, step_s=plain.step_s + 0.030))
+    assert tp_machinery_seconds(base) == 0.010      # nothing measured across processes: one process's figure
+    assert tp_machinery_seconds(slow) == pytest.approx(0.030)
+    assert predict(slow, "tp", 2, options(nproc_per_node=2), {"tp": 2}).step_s == pytest.approx(plain.step_s + 0.030)
+    assert probe_from_dict(slow.as_dict()).tp_step == slow.tp_step

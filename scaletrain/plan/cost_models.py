@@ -7,13 +7,14 @@ seconds, samples, bytes) and optionally a "note"; None when the strategy cannot 
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 from . import formulas as f
-from .configuration import Configuration
+from .configuration import Configuration, configuration
 from .memory_model import peak_bytes
 from .probe import Probe
-from .scenario import Options, Scenario, compute_at, one_process_threads
+from .scenario import Options, Scenario, compute_at, one_process_threads, scenario
 from .stages import stage_costs, stage_groups
 
 #: Share of a step's forward + backward that is backward, behind which DDP hides its all-reduce.
@@ -217,7 +218,25 @@ def recompute_seconds(config: Configuration, forward_backward_s: float) -> float
     return share * forward_backward_s
 
 
-def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optional[dict]:
+def tp_machinery_seconds(probe: Probe) -> float:
+    """What tensor parallel's own machinery adds to a step of the whole model (plan/overheads.py):
+    where the probe timed a real tensor-parallel step across its processes, what that step took
+    beyond this model's prediction of it without this term — DTensor's dispatch and the ranks
+    waiting for each other at every layer; otherwise the mesh-of-one step's extra time."""
+    measured = probe.tp_step
+    config = configuration("tp", measured.world_size) if measured is not None else None
+    if config is None:
+        return probe.tp_overhead_s
+    here = Options(nproc_per_node=measured.world_size, cores=probe.cores, link_gbps=0.0, link_latency_s=0.0,
+                   overlap=0.0 if probe.device_type != "cuda" else 1.0, microbatches=None, device_memory_bytes=math.inf)
+    cost = _mesh(probe, scenario(measured.world_size, here, probe.link, probe.device_type), here, config,
+                 machinery=False)
+    if cost is None:
+        return probe.tp_overhead_s
+    return max(0.0, measured.step_s - (cost["compute"] + cost["exposed"]))
+
+
+def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machinery: bool = True) -> Optional[dict]:
     """Any configuration of the mesh (ddp, fsdp, tp, pipeline and their compositions), one dimension
     at a time: the pipeline's stages and bubble set the compute (each stage's measured
     blocks); tensor parallel shrinks each process's share of it and adds two all-reduces per
@@ -267,8 +286,8 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optio
     # every layer of the stage, however many ways each is split.
     if config.data_parallel == "fsdp":
         compute += probe.fsdp_overhead_s * stage_fraction * tp_share * s.oversubscription
-    if dims.tp > 1:
-        compute += probe.tp_overhead_s * stage_fraction * s.oversubscription
+    if dims.tp > 1 and machinery:
+        compute += tp_machinery_seconds(probe) * stage_fraction * s.oversubscription
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
     largest = max(fp.block_param_bytes[i] for i in stage) * tp_share
     dp_comm = _data_parallel_comm(probe, s, config, held, grads, len(stage), largest)

@@ -16,6 +16,13 @@ The probe's one-process job runs a few steps of the same model prepared the way 
 strategy prepares it — sharded per block then at the root; its tensor-parallel plan applied —
 on a mesh of one, and the plan adds the difference to every configuration with FSDP or
 tensor parallel.
+
+On a mesh of one, tensor parallel's DTensors dispatch but never wait: its processes do not
+exchange anything and none waits for another. The probe's job of several processes therefore
+also times a real tensor-parallel step across all of them (each fed the same batch, as a
+tensor-parallel group is): on this machine's 2 cores stdlib-gpt's tp × 2 ran 91 ms a step
+where the mesh-of-one figure made 66. What that step takes beyond the plan's own prediction of
+it is the machinery the plan adds to tensor-parallel configurations (cost_models).
 """
 
 from __future__ import annotations
@@ -52,10 +59,11 @@ def _tp_prepare(model: nn.Module, mesh) -> None:
 
 def _prepared_step_seconds(prepare: Callable[[nn.Module, object], None], build_model: Callable[[], nn.Module],
                            lr: float, batches: Iterator, loss_fn: Optional[Callable], device: torch.device,
-                           steps: int, warmup: int) -> Optional[float]:
-    """Mean seconds of a training step of a fresh model prepared by `prepare(model, mesh)` on
-    this process alone (the process group must be of one process), with the optimizer as the
-    strategies retarget it; None where the model cannot be prepared so."""
+                           steps: int, warmup: int, mesh_size: int = 1) -> Optional[float]:
+    """Mean seconds of a training step of a fresh model prepared by `prepare(model, mesh)` on a
+    mesh of `mesh_size` processes (1: this process alone; otherwise the whole process group,
+    every rank calling this alike), with the optimizer as the strategies retarget it; None
+    where the model cannot be prepared so."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from ..batches import call_model, compute_loss, move_to, split
@@ -66,7 +74,7 @@ def _prepared_step_seconds(prepare: Callable[[nn.Module, object], None], build_m
         model = build_model().to(device)
         before = dict(model.named_parameters())
         optimizer = adam(model.parameters(), lr=lr)
-        prepare(model, init_device_mesh(device.type, (1,)))
+        prepare(model, init_device_mesh(device.type, (mesh_size,)))
         retarget_optimizer(optimizer, before, model)
     except Exception:  # noqa: BLE001 - a model this cannot prepare: no figure, not a failed probe
         return None
@@ -91,6 +99,23 @@ def _prepared_step_seconds(prepare: Callable[[nn.Module, object], None], build_m
     return (time.perf_counter() - started) / steps
 
 
+def same_batches(batches: Iterator, device: torch.device) -> Iterator:
+    """One batch of rank 0's, the same on every rank (what a tensor-parallel group is fed), again
+    and again: for timing, the data need not change. Every rank's batch has the same shapes."""
+    import itertools
+
+    import torch.distributed as dist
+    from torch.utils._pytree import tree_flatten
+
+    from ..batches import move_to, split
+
+    inputs, rest = move_to(split(*next(batches)), device)
+    for tensor in tree_flatten((inputs, rest))[0]:
+        if isinstance(tensor, torch.Tensor):
+            dist.broadcast(tensor, src=0)
+    return itertools.repeat((inputs, *rest))
+
+
 def fsdp_step_seconds(build_model: Callable[[], nn.Module], lr: float, batches: Iterator, loss_fn: Optional[Callable],
                       device: torch.device, steps: int, warmup: int) -> Optional[float]:
     """A step under fully_shard on a mesh of one (None: the model cannot be sharded)."""
@@ -98,7 +123,7 @@ def fsdp_step_seconds(build_model: Callable[[], nn.Module], lr: float, batches: 
 
 
 def tp_step_seconds(build_model: Callable[[], nn.Module], lr: float, batches: Iterator, loss_fn: Optional[Callable],
-                    device: torch.device, steps: int, warmup: int) -> Optional[float]:
-    """A step with the model's tensor-parallel plan applied on a mesh of one (None: the model
-    has no plan)."""
-    return _prepared_step_seconds(_tp_prepare, build_model, lr, batches, loss_fn, device, steps, warmup)
+                    device: torch.device, steps: int, warmup: int, mesh_size: int = 1) -> Optional[float]:
+    """A step with the model's tensor-parallel plan applied on a mesh of `mesh_size` processes
+    (None: the model has no plan)."""
+    return _prepared_step_seconds(_tp_prepare, build_model, lr, batches, loss_fn, device, steps, warmup, mesh_size)

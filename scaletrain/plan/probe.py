@@ -90,6 +90,15 @@ class DdpStep:
         return max(0.0, self.step_s - self.local_step_s)
 
 
+@dataclass(frozen=True)
+class TpStep:
+    """A real tensor-parallel step across the `world_size` processes × `threads` threads of the
+    probe's job of several processes on this machine, every rank fed the same batch (seconds)."""
+    world_size: int
+    threads: int
+    step_s: float
+
+
 @dataclass
 class Probe:
     """One round of a plan's measurements."""
@@ -121,6 +130,8 @@ class Probe:
     tp_overhead_s: float = 0.0
     """What tensor parallel's DTensors add to a step on one process: the one-process job's
     step with the model's tensor-parallel plan applied less its plain step (0: no plan)."""
+    tp_step: Optional[TpStep] = None
+    """Measured where the model has a tensor-parallel plan and the job had several processes."""
     network: Optional[Link] = None
     """The all-reduce between machines (one process on each), measured across --hosts; None:
     one machine measured, and the network is the nominal --link-gbps / --link-latency-us."""
@@ -155,7 +166,8 @@ def probe_from_dict(doc: dict) -> Probe:
                  microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())),
                  ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None,
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
-                 memory_peak_bytes=doc.get("memory_peak_bytes", 0.0))
+                 memory_peak_bytes=doc.get("memory_peak_bytes", 0.0),
+                 tp_step=TpStep(**doc["tp_step"]) if doc.get("tp_step") else None)
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -171,13 +183,15 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
             link = link_from_rows(rows, f"all_reduce in the probe job, {rows[0]['world_size']} processes")
     ddp = next((DdpStep(j["world_size"], t, j["ddp_step_s"], j["step_s"]) for t, j in jobs.items()
                 if "ddp_step_s" in j), None)
+    tp = next((TpStep(j["world_size"], t, j["tp_mesh_step_s"]) for t, j in jobs.items() if "tp_mesh_step_s" in j), None)
     return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
                  footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
                  microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())),
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=single.get("memory_peak_bytes", 0.0),
-                 fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"))
+                 fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
+                 tp_step=tp)
 
 
 def _overhead(job: dict, key: str) -> float:

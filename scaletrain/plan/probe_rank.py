@@ -28,7 +28,8 @@ from ..measure.clock import Clock
 from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
 from ..train.optimizer import adam
-from .overheads import fsdp_step_seconds, tp_step_seconds
+from ..parallel.tensor_parallel import declared_plan
+from .overheads import fsdp_step_seconds, same_batches, tp_step_seconds
 from .probe import FSDP_OPS
 
 #: Steps whose DDP hook skips the all-reduce (the computation alone).
@@ -165,6 +166,12 @@ def measure_probe_round(spec: dict) -> dict:
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
         if run.world_size > 1:
             result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
+            if declared_plan(module):
+                # Tensor parallel across every process of the job, as it waits in a real run.
+                seconds = tp_step_seconds(workload.build_model, workload.lr, same_batches(batches, run.device), loss_fn,
+                                          run.device, min(steps, spec["steps"]), spec["warmup"], run.world_size)
+                if seconds is not None:  # the ranks wait for each other at every layer: one figure
+                    result["tp_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
         else:
             result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))

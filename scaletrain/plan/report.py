@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..measure.console import table_console
 from ..measure.spread import Spread
+from .cost_models import tp_machinery_seconds
 from .predict import Prediction
 from .summary import key
 from .probe import Probe
@@ -50,6 +51,11 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
     if probe.tp_overhead_s > 0:
         lines.append(f"tensor parallel's own cost per step on one process (DTensor dispatch): "
                      f"{probe.tp_overhead_s * 1e3:.1f} ms")
+    if probe.tp_step is not None:
+        lines.append(f"tensor-parallel step across {probe.tp_step.world_size} process(es) × {probe.tp_step.threads} "
+                     f"thread(s): {probe.tp_step.step_s * 1e3:.1f} ms, of which {tp_machinery_seconds(probe) * 1e3:.1f} "
+                     "ms beyond the arithmetic's share and the all-reduces (added to every tensor-parallel "
+                     "configuration)")
     network = probe.network.fitted() if probe.network is not None else None
     between = (f"between machines (measured: {network.source}) {network.busbw * 8 / 1e9:.2f} Gbit/s bus bandwidth, "
                f"{network.alpha_s * 1e6:.0f} µs per ring step{_beyond_a_ring(network)}" if network is not None else
