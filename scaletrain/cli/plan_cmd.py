@@ -230,6 +230,15 @@ def run(args: argparse.Namespace) -> int:
     return plan_here(args)
 
 
+def memory_note(args: argparse.Namespace, device_type: str) -> list[str]:
+    """What a CPU budget's figures mean without --steady-memory."""
+    if device_type == "cuda" or not getattr(args, "device_memory_gb", None) or getattr(args, "steady_memory", False):
+        return []
+    return ["Memory is predicted as a process holds it; without --steady-memory glibc's heap keeps freed tensors, and "
+            "a CPU process's resident peak runs 10-20% above that: give --steady-memory here and to train when the "
+            "budget is tight."]
+
+
 def plan_here(args: argparse.Namespace) -> int:
     from ..devices import choose_device
     from ..plan.cost_models import COST_MODELS
@@ -278,7 +287,8 @@ def plan_here(args: argparse.Namespace) -> int:
                    if all_disturbed else []) + \
         verdicts(predictions, options.device_memory_bytes, probe=probe,
                  noise=None if told else (error, len(probes), args.max_error)) + \
-        fit_advice(probe, predictions, options, shapes) + [error_line(error, len(probes))]
+        fit_advice(probe, predictions, options, shapes) + memory_note(args, device_type) + \
+        [error_line(error, len(probes))]
     document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "options": options.__dict__,
                 "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p))),
                                  "measurement_error": implausible(p, probe)} for p in predictions],
@@ -388,8 +398,9 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
     if args.json:
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
-        for line in choice.lines():
+        for line in [*choice.lines(), *memory_note(args, device_type)]:
             print(line)
         if choice.chosen:
-            print(f"Train with it: scaletrain train --nproc-per-node {world} {' '.join(choice.flags())}")
+            steady = " --steady-memory" if args.steady_memory else ""
+            print(f"Train with it: scaletrain train --nproc-per-node {world}{steady} {' '.join(choice.flags())}")
     return 0 if choice.chosen else 1
