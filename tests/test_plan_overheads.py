@@ -70,13 +70,16 @@ def test_machinery_costs_add_to_the_configurations_that_use_them():
     assert predict(slow, "fsdp", 2, options()).comm_s == pytest.approx(7 / 3 * predict(base, "fsdp", 2, options()).comm_s)
 
 
-def test_a_choice_keeps_the_memory_predictions_room_below_the_budget():
+def test_a_choice_keeps_the_memory_predictions_room_below_the_budget(monkeypatch):
     # The fastest candidate predicted inside the room the memory prediction can miss by is passed
     # over for the fastest that leaves it; with none leaving it, the fastest that fits is taken
-    # and the choice says it is tight.
+    # and the choice says it is tight. Processes that keep their memory steady get half the room.
     from dataclasses import replace
 
-    from scaletrain.plan.choose import MEMORY_ROOM, choose
+    from scaletrain.plan.choose import MEMORY_ROOM, MEMORY_ROOM_STEADY, choose, memory_room
+    from scaletrain.steady_memory import STEADY_MEMORY_VAR
+
+    monkeypatch.delenv(STEADY_MEMORY_VAR, raising=False)
 
     from .test_measure_cost_models import probe
     from .test_measure_formulas import _options as options
@@ -94,7 +97,10 @@ def test_a_choice_keeps_the_memory_predictions_room_below_the_budget():
     assert chosen.chosen.memory_bytes <= budget * (1 - MEMORY_ROOM) and not chosen.tight
     tight_budget = min(p.memory_bytes for p in by_speed) * 1.02
     tight = choose([base], 2, 32, options(device_memory_bytes=tight_budget))
-    assert tight.tight and "Tight" in tight.lines()[0]
+    assert tight.tight and "Tight" in tight.lines()[0] and "10%" in tight.lines()[0]
+    monkeypatch.setenv(STEADY_MEMORY_VAR, "1")
+    assert memory_room("cpu") == MEMORY_ROOM_STEADY < MEMORY_ROOM
+    assert choose([base], 2, 32, options(device_memory_bytes=tight_budget)).room == MEMORY_ROOM_STEADY
 
 
 def test_a_real_tensor_parallel_step_sets_what_tensor_parallel_adds():

@@ -26,10 +26,21 @@ from .scenario import Options
 CHECKPOINTING = ("none", "full")
 
 #: Room kept below the memory budget: a process's measured peak moves about this much from
-#: the prediction (docs/memory.md: most configurations within ±10% on a CPU, whose resident
-#: memory also moves 10–20% between runs of one command). A candidate predicted inside the
-#: room is taken only when none has it, and the choice says so.
+#: the prediction. On a CPU without --steady-memory glibc's heap moves resident memory 10–20%
+#: between runs of one command (docs/memory.md); with it (and on CUDA, whose allocator counts
+#: what is held) the peaks measured were within 6.4% of the prediction outside pipelines, most
+#: within 3%. A candidate predicted inside the room is taken only when none has it, and the
+#: choice says so.
 MEMORY_ROOM = 0.10
+MEMORY_ROOM_STEADY = 0.05
+
+
+def memory_room(device_type: str) -> float:
+    """The room kept below a budget for processes of this kind (this process's environment
+    says whether they keep their memory steady: --steady-memory sets it for all of them)."""
+    from ..steady_memory import wanted
+
+    return MEMORY_ROOM_STEADY if device_type == "cuda" or wanted(None) else MEMORY_ROOM
 
 
 def _divisors(n: int) -> list[int]:
@@ -75,6 +86,7 @@ class Choice:
     """The chosen configuration's predicted peak is within MEMORY_ROOM of the budget: none
     that fits had that room."""
     budget_bytes: float = 0.0
+    room: float = MEMORY_ROOM
 
     def flags(self) -> list[str]:
         """The chosen configuration as `scaletrain train` flags."""
@@ -104,7 +116,7 @@ class Choice:
                  f"{self.considered} configurations predicted.")
         if self.tight:
             first += (f" Tight: {c.memory_bytes / 1e6:,.0f} MB predicted against {self.budget_bytes / 1e6:,.0f} MB, "
-                      f"inside the {MEMORY_ROOM:.0%} the prediction can miss by; none that fits leaves that room "
+                      f"inside the {self.room:.0%} the prediction can miss by; none that fits leaves that room "
                       f"(watch peak_memory_bytes, or give more processes).")
         if c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
             first += (f" Below the {WORTH_AT_SPEEDUP:g}× that pays: one process (--nproc-per-node 1) would do about as "
@@ -140,11 +152,12 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
     # The fastest first among those that leave the prediction's room below the budget; those
     # inside the room only when no candidate has it.
     budget = options.device_memory_bytes
-    roomy = lambda p: p.memory_bytes <= budget * (1 - MEMORY_ROOM)  # noqa: E731
+    room = memory_room(probe.device_type)
+    roomy = lambda p: p.memory_bytes <= budget * (1 - room)  # noqa: E731
     predicted.sort(key=lambda item: (roomy(item[0]), item[0].samples_per_s), reverse=True)
     choice = Choice(predicted[0][0] if predicted else None, predicted[1][0] if len(predicted) > 1 else None,
                     rejected, len(found), sorted(every, key=lambda p: p.samples_per_s, reverse=True),
-                    tight=bool(predicted) and not roomy(predicted[0][0]), budget_bytes=budget)
+                    tight=bool(predicted) and not roomy(predicted[0][0]), budget_bytes=budget, room=room)
     if predicted and len(predicted[0][1]) >= 2:
         speedups = predicted[0][1]
         choice.speedup_interval = (min(speedups), max(speedups)) if len(speedups) < 3 else \

@@ -46,8 +46,9 @@ def activation_bytes(probe: Probe, config: Configuration, units: list[int], shar
     if every:  # every k-th block whole-checkpointed: that share of the blocks' savings
         kept = whole - (whole - fp.checkpointed_activation_bytes_per_sample.get("full", whole)) / every
     fraction = mine / whole if whole else 1.0
-    # Backward computes one block's activations again and, going through it, their gradients:
-    # measured, about half as much again as the block's activations at their height.
+    # Backward computes one block's activations again (for one micro-batch) and, going through
+    # it, their gradients: the height of that, in units of the block's saved activations, is the
+    # model's own, measured by the probe (measure/footprint.py's recompute_height).
     height = fp.recompute_height or RECOMPUTE_HEIGHT
     recomputed = height * max((per_unit[i] for i in units), default=0.0) if per_unit else 0.0
     return (kept * fraction * samples + recomputed * (samples if microbatch is None else microbatch)) * share
