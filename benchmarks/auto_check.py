@@ -26,15 +26,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from steady_flag import add_glibc_default_argument, apply_glibc_default, with_steady  # noqa: E402
+
 WORKLOADS = {"synthetic-cnn": [], "synthetic-mlp": [], "stdlib-gpt": ["--batch-size", "64"]}
 
 
-#: `--steady-memory` (the default here) or nothing (`--glibc-default`): given to plan and train alike.
-STEADY = ["--steady-memory"]
-
-
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    argv = [*argv[:1], *STEADY, *argv[1:]]
+    argv = with_steady(argv)
     done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], cwd=HERE, capture_output=True, text=True,
                           timeout=timeout)
     if done.returncode != 0:
@@ -77,11 +75,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--out", type=Path)
     p.add_argument("--json", type=Path, help="also write every candidate's predicted and measured figures here")
-    p.add_argument("--glibc-default", action="store_true",
-                   help="run plan and train without --steady-memory (glibc's own mmap threshold, which moves)")
+    add_glibc_default_argument(p)
     args = p.parse_args(argv)
-    if args.glibc_default:
-        STEADY.clear()
+    apply_glibc_default(args)
     rows = ["| workload | processes | memory budget | auto chose | its samples/s | fastest measured | its samples/s | "
             "auto ÷ fastest | decision s | exhaustive s |", "|---|---:|---|---|---:|---|---:|---:|---:|---:|"]
     right, total, decided, searched = 0, 0, 0.0, 0.0

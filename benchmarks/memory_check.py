@@ -33,6 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from steady_flag import add_glibc_default_argument, apply_glibc_default, with_steady  # noqa: E402
+
 MODELS = {
     "mlp134": {"flags": ["--workload", "synthetic-mlp", "--model", "memory_models:mlp134", "--batch-size", "32"],
                "composition": ("fsdp", 4, {"dp_replicate": 2})},
@@ -47,12 +49,8 @@ DEEP = {"flags": ["--workload", "synthetic-mlp", "--model", "memory_models:deep_
 STRATEGIES = [("single", 1, {}), ("ddp", 2, {}), ("fsdp", 2, {}), ("pipeline", 2, {})]
 
 
-#: `--steady-memory` (the default here) or nothing (`--glibc-default`): given to plan and train alike.
-STEADY = ["--steady-memory"]
-
-
 def _run(argv: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    argv = [*argv[:1], *STEADY, *argv[1:]]
+    argv = with_steady(argv)
     done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], cwd=HERE, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
     if done.returncode != 0:
@@ -126,12 +124,10 @@ def main(argv=None) -> int:
     p.add_argument("--checkpointing", default="none,full", help="activation checkpointing modes (default none,full)")
     p.add_argument("--no-reshard", dest="reshard", action="store_false",
                    help="skip the comparison of fsdp ×2 with reshard_after_forward true and false (on a deep MLP)")
-    p.add_argument("--glibc-default", action="store_true",
-                   help="run plan and train without --steady-memory (glibc's own mmap threshold, which moves)")
+    add_glibc_default_argument(p)
     p.add_argument("--out", type=Path, help="also write the Markdown table here")
     args = p.parse_args(argv)
-    if args.glibc_default:
-        STEADY.clear()
+    apply_glibc_default(args)
     started = time.time()
     rows = ["| model | configuration | checkpointing | predicted MB | measured MB | error | DeepSpeed (states) MB | "
             "Accelerate MB |", "|---|---|---|---:|---:|---:|---:|---:|"]
