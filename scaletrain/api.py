@@ -478,7 +478,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     leaves the affinity to the operating system. `trackers`: names ("tensorboard", "wandb",
     "mlflow", "csv") or tracker objects, opened on rank 0 and writing under `tracker_dir`
     (default: a new folder under runs/); see `run.log`. `steady_memory`: give freed tensors of
-    4 MB and more back to the system at once, so that a CPU process's resident memory is what
+    2 MB and more back to the system at once, so that a CPU process's resident memory is what
     it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says)."""
     env = detect(os.environ if environ is None else environ)
     if wanted(steady_memory, os.environ if environ is None else environ):

@@ -34,7 +34,7 @@ def add_memory_arguments(p: argparse.ArgumentParser) -> None:
 def add_steady_memory_argument(p) -> None:
     """--steady-memory, for every command that starts training processes."""
     p.add_argument("--steady-memory", action="store_true",
-                   help="on a CPU, give freed tensors of 4 MB and more back to the system at once (glibc's mmap "
+                   help="on a CPU, give freed tensors of 2 MB and more back to the system at once (glibc's mmap "
                         "threshold fixed), so that each process's resident memory is what it holds and what "
                         "`scaletrain plan` predicts, run after run; costs some speed (fresh pages for large "
                         "tensors). Give it to plan, bench and train alike when memory is what limits you")

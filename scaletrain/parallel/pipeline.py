@@ -26,6 +26,21 @@ from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
 SCHEDULES = ("gpipe", "1f1b")
 
 
+def _without_outputs() -> dict:
+    """Training never reads the last stage's outputs, only its losses; by default the schedule
+    keeps every micro-batch's output and joins them at the end (two copies of the logits on a
+    language model's last stage). torch 2.8 and later let a step not keep them."""
+    import inspect
+
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    accepted = inspect.signature(PipelineScheduleSingle.step).parameters
+    return {"return_outputs": False} if "return_outputs" in accepted else {}
+
+
+_NO_OUTPUTS = _without_outputs()
+
+
 def _schedule_class(name: str):
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
@@ -114,7 +129,7 @@ class PipelineRunner:
             # The first stage feeds the inputs, the last compares with the targets; the
             # others receive activations and gradients from their neighbours.
             schedule.step(*([inputs] if self.first else []), target=targets if self.last else None,
-                          losses=losses if self.last else None)
+                          losses=losses if self.last else None, **_NO_OUTPUTS)
         if not self.last:
             return torch.zeros((), device=self.topology.ctx.device)
         return (torch.stack([l.detach() for l in losses]).sum() / scale).float()
