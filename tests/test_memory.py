@@ -148,3 +148,18 @@ def test_recompute_height_is_measured_and_leaves_the_model_as_it_was():
     height = recompute_height(model, x, y, loss_fn, per_unit, kept)
     assert 0.3 < height < 4, height
     assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+def test_a_pipeline_step_keeps_no_outputs_of_its_last_stage():
+    """Training reads a pipeline's losses only; a schedule that kept every micro-batch's output
+    (and joined them) held the logits twice over on a language model's last stage."""
+    import inspect
+
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    from scaletrain.parallel.pipeline import _NO_OUTPUTS
+
+    if "return_outputs" in inspect.signature(PipelineScheduleSingle.step).parameters:
+        assert _NO_OUTPUTS == {"return_outputs": False}
+    else:
+        assert _NO_OUTPUTS == {}
