@@ -7,7 +7,7 @@ from scaletrain.measure.footprint import Footprint
 from scaletrain.plan import formulas as f
 from scaletrain.plan.cost_models import ddp_comm
 from scaletrain.plan.predict import predict
-from scaletrain.plan.probe import Compute, Link, Probe
+from scaletrain.plan.probe import Compute, Link, Probe, probe_from_dict
 from scaletrain.plan.scenario import scenario
 from scaletrain.plan.stages import stage_groups
 
@@ -33,6 +33,29 @@ def test_stages_are_cut_as_the_strategies_cut_them():
     # parameters (+1 per block) 2001, 4001, 1001, 1001: [conv1, conv2] | [fc1, fc2] is the lightest heaviest part
     assert stage_groups((2_000, 4_000, 1_000, 1_000), 2) == [[0, 1], [2, 3]]
     assert stage_groups((1, 1), 3) is None
+
+
+def test_block_times_follow_the_measured_sizes_and_one_thread_where_timed():
+    # Measured at 8 (the micro-batch), 16 (a halving) and 32 samples: each size in between lies on
+    # the line through its two nearest, not on one line from 8 to 32; a stage of one thread uses
+    # the blocks as timed on one thread, scaled by that curve's own whole batch.
+    from dataclasses import replace
+
+    from scaletrain.plan.stages import block_times_at, stage_costs
+
+    p = replace(probe(), block_sizes_s=((16, (0.001, 0.001, 0.019, 0.001)),))
+    assert block_times_at(p, 16) == [0.001, 0.001, 0.019, 0.001]
+    assert block_times_at(p, 24) == pytest.approx([0.0025, 0.0025, 0.0195, 0.0025])
+    assert block_times_at(p, 12)[2] == pytest.approx((0.020 / 3 + 0.019) / 2)
+    assert block_times_at(p, 4)[2] == pytest.approx(0.020 / 3 - (0.019 - 0.020 / 3) / 2)
+    one = ((8, (0.002, 0.002, 0.010, 0.002)), (32, (0.008, 0.008, 0.040, 0.008)))
+    p1 = replace(p, block_one_thread_s=one)
+    assert block_times_at(p1, 16, threads=1) == pytest.approx([0.004, 0.004, 0.020, 0.004])
+    assert block_times_at(p1, 16, threads=2) == [0.001, 0.001, 0.019, 0.001]
+    costs = stage_costs(p1, p1.compute[1], [[0, 1], [2, 3]], 2, threads=1)
+    scale = 0.080 / 0.064  # one thread's whole step over the one-thread blocks' sum on 32 samples
+    assert costs.per_microbatch_s == pytest.approx((0.008 * scale, 0.024 * scale))
+    assert probe_from_dict(p1.as_dict()).block_one_thread_s == p1.block_one_thread_s
 
 
 def test_pipeline_paces_at_the_slowest_stage_by_measured_time_not_parameters():

@@ -103,13 +103,18 @@ def test_a_choice_keeps_the_memory_predictions_room_below_the_budget(monkeypatch
     assert choose([base], 2, 32, options(device_memory_bytes=tight_budget)).room == MEMORY_ROOM_STEADY
 
 
-def test_a_real_tensor_parallel_step_sets_what_tensor_parallel_adds():
+@pytest.mark.parametrize("cores", ["all", "one"])
+def test_a_real_tensor_parallel_step_sets_what_tensor_parallel_adds(cores):
     """The probe's job of two processes times a tensor-parallel step across both (each fed the
     same batch); the plan's tp ×2 on this machine then predicts that step, and the machinery it
-    adds is what the step took beyond the arithmetic's share and the all-reduces."""
-    done = subprocess.run([sys.executable, "-m", "scaletrain", "plan", "--workload", "stdlib-gpt", "--batch-size", "16",
-                           "--strategy", "tp,ddp", "--world-sizes", "2", "--steps", "3", "--warmup", "1",
-                           "--probe-rounds", "1", "--json"], capture_output=True, text=True, timeout=300)
+    adds is what the step took beyond the arithmetic's share and the all-reduces. On one core
+    (a host of the two-host test bed) every other job has one process: a job of its own times
+    the step on two processes sharing the core."""
+    pin = ["taskset", "-c", "0"] if cores == "one" else []
+    done = subprocess.run([*pin, sys.executable, "-m", "scaletrain", "plan", "--workload", "stdlib-gpt",
+                           "--batch-size", "16", "--strategy", "tp,ddp", "--world-sizes", "2", "--nproc-per-node", "2",
+                           "--steps", "3", "--warmup", "1", "--probe-rounds", "1", "--json"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(done.stdout)
     measured = doc["probe"]["tp_step"]

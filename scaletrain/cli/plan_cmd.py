@@ -155,6 +155,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_noise_arguments(p)
     p.add_argument("--threads", type=positive_int,
                    help="(launched) CPU threads per process of this probe job (default: cores ÷ processes)")
+    p.add_argument("--tp-step-only", action="store_true", help=argparse.SUPPRESS)  # (launched) probe.ProbeJobs.tp_copies
     p.add_argument("--choose", action="store_true",
                    help="choose the fastest configuration that fits the memory for the world size given (one "
                         "--world-sizes value; default: this machine's processes): every strategy and composition × "
@@ -211,11 +212,12 @@ def probe_spec(args: argparse.Namespace, workload: str) -> dict:
 def be_a_probe_rank(args: argparse.Namespace) -> int:
     from ..environment import detect
     from ..files import write_json_atomic
-    from ..plan.probe_rank import measure_probe_round
+    from ..plan.probe_rank import measure_probe_round, measure_tp_round
 
     if args.out is None:
         raise UsageError("a launched plan measures one probe job and writes it to --out FILE; give --out")
-    result = measure_probe_round({**probe_spec(args, args.workload), "threads": args.threads})
+    spec = {**probe_spec(args, args.workload), "threads": args.threads}
+    result = measure_tp_round(spec) if args.tp_step_only else measure_probe_round(spec)
     if detect(os.environ).rank == 0:
         write_json_atomic(args.out, result)
     return 0

@@ -71,7 +71,7 @@ def _staged(probe: Probe, s: Scenario, stages: int, microbatches: int, threads: 
     if groups is None:
         return None  # more stages than the model has blocks
     c = compute_at(probe, threads, oversubscription)
-    costs = stage_costs(probe, c, groups, microbatches)
+    costs = stage_costs(probe, c, groups, microbatches, threads=threads)
     stage_bytes = max(sum(fp.block_param_bytes[i] for i in g) for g in groups)
     memory = f.memory_pipeline(stage_bytes, fp.param_bytes, fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes,
                                _activations(probe), stages, microbatches)
@@ -229,11 +229,13 @@ def tp_machinery_seconds(probe: Probe) -> float:
         return probe.tp_overhead_s
     here = Options(nproc_per_node=measured.world_size, cores=probe.cores, link_gbps=0.0, link_latency_s=0.0,
                    overlap=0.0 if probe.device_type != "cuda" else 1.0, microbatches=None, device_memory_bytes=math.inf)
-    cost = _mesh(probe, scenario(measured.world_size, here, probe.link, probe.device_type), here, config,
-                 machinery=False)
+    s = scenario(measured.world_size, here, probe.link, probe.device_type)
+    cost = _mesh(probe, s, here, config, machinery=False)
     if cost is None:
         return probe.tp_overhead_s
-    return max(0.0, measured.step_s - (cost["compute"] + cost["exposed"]))
+    # Measured on more processes than cores (the job of a one-core machine), the machinery's
+    # time is stretched as the arithmetic's is; the configurations stretch it again by theirs.
+    return max(0.0, measured.step_s - (cost["compute"] + cost["exposed"])) / s.oversubscription
 
 
 def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machinery: bool = True) -> Optional[dict]:
@@ -264,7 +266,8 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
     note = ""
     if config.pipelined:
         m = config.microbatches
-        costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks])
+        costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks],
+                            s.threads)
         if config.options.get("schedule", "1f1b") == "gpipe" or dims.pp == 1:
             busy = costs.busy_seconds(m) - max(costs.optimizer_s)
             transfer = _activation_transfers(probe, s, dims.pp, m, max(costs.per_microbatch_s), groups)

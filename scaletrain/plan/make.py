@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .probe import Link, Probe, cores_here, device_memory_bytes, measure_link, probe_from_jobs
+from .probe import Link, Probe, TpStep, cores_here, device_memory_bytes, measure_link, probe_from_jobs
 from .scenario import Options, threads_needed
 
 PROBE_FILE = "probe.json"
@@ -65,6 +65,9 @@ class ProbeJobs:
     hosts: Optional[object] = None
     """measure.jobs.Hosts: the machines the jobs of several processes span; each round then
     measures the network between them too (one process on each)."""
+    tp_copies: int = 0
+    """Processes of a job that times only a tensor-parallel step, where no job runs several (a
+    machine of one core planned for several processes): 0 for none."""
 
     def argv(self, threads: int, out: Path) -> list[str]:
         s = self.spec
@@ -96,10 +99,25 @@ class ProbeJobs:
             buckets = _bucket_sizes(jobs)
             link = measure_link(buckets, self.link_nproc, self.spec.get("backend"), self.spec.get("device"))
         probe = probe_from_jobs(jobs, self.workload_name, self.spec["batch_size"], self.device_type, self.cores, link)
+        if self.tp_copies > 1:
+            probe.tp_step = self._tp_step(folder)
         if self.hosts is not None:
             probe.network = measure_link(network_sizes(jobs), len(self.hosts.hosts), self.spec.get("backend"),
                                          self.spec.get("device"), self.hosts)
         return probe
+
+
+    def _tp_step(self, folder: Path) -> Optional[TpStep]:
+        """The tensor-parallel step on `tp_copies` processes sharing this machine's cores."""
+        from ..measure.jobs import run_job
+
+        out = folder / f"tp-{PROBE_FILE}"
+        code = run_job([*self.argv(1, out), "--tp-step-only"], self.tp_copies)
+        if code != 0 or not out.exists():
+            raise RuntimeError(f"the plan's tensor-parallel probe job ({self.tp_copies} processes) failed "
+                               f"(exit status {code}); its error is printed above")
+        job = json.loads(out.read_text())
+        return TpStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
 
 
 def _bucket_sizes(jobs: dict) -> list[int]:
@@ -129,6 +147,11 @@ def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], options: 
     as a host holds (2 at least: the cores' own part of a collective across machines)."""
     threads = threads_needed(world_sizes, options, device_type)
     several = max(world_sizes) > 1
-    return ProbeJobs(workload_name, spec, copies_per_thread_count(threads, options, device_type), device_type,
-                     options.cores, link, link_nproc=max(2, hosts.slots) if hosts else 2,
-                     needs_link=several, hosts=hosts if several else None)
+    copies = copies_per_thread_count(threads, options, device_type)
+    # Where every job has one process (a machine of one core) but several will share it, a
+    # job of its own times tensor parallel across them.
+    crowded = device_type != "cuda" and max(copies.values()) == 1 and min(max(world_sizes), options.nproc_per_node) > 1
+    return ProbeJobs(workload_name, spec, copies, device_type, options.cores, link,
+                     link_nproc=max(2, hosts.slots) if hosts else 2, needs_link=several,
+                     hosts=hosts if several else None,
+                     tp_copies=min(max(world_sizes), options.nproc_per_node) if crowded else 0)

@@ -115,6 +115,11 @@ class Probe:
     block_micro_s: tuple = ()
     """The same on one micro-batch of `microbatch_size` samples."""
     microbatch_size: int = 0
+    block_sizes_s: tuple = ()
+    """(samples, the same on that many) at the batch's halvings between the micro-batch and the batch."""
+    block_one_thread_s: tuple = ()
+    """(samples, the same on one thread) at the micro-batch, the halvings and the batch, where the
+    one-process job had more threads (empty otherwise)."""
     block_params: tuple = ()
     """Parameters of each top-level block (how the strategies cut stages)."""
     ddp_step: Optional[DdpStep] = None
@@ -163,7 +168,9 @@ def probe_from_dict(doc: dict) -> Probe:
                  link=link_from_dict(doc.get("link")), network=link_from_dict(doc.get("network")),
                  fsdp_overhead_s=doc.get("fsdp_overhead_s", 0.0), tp_overhead_s=doc.get("tp_overhead_s", 0.0),
                  block_s=tuple(doc.get("block_s", ())), block_micro_s=tuple(doc.get("block_micro_s", ())),
-                 microbatch_size=doc.get("microbatch_size", 0), block_params=tuple(doc.get("block_params", ())),
+                 microbatch_size=doc.get("microbatch_size", 0), block_sizes_s=_sizes(doc.get("block_sizes_s", ())),
+                 block_one_thread_s=_sizes(doc.get("block_one_thread_s", ())),
+                 block_params=tuple(doc.get("block_params", ())),
                  ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None,
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=doc.get("memory_peak_bytes", 0.0),
@@ -187,11 +194,19 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
     return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
                  footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
-                 microbatch_size=single.get("microbatch_size", 0), block_params=tuple(single.get("block_params", ())),
+                 microbatch_size=single.get("microbatch_size", 0),
+                 block_sizes_s=_sizes(single.get("block_sizes_s", ())),
+                 block_one_thread_s=_sizes(single.get("block_one_thread_s", ())),
+                 block_params=tuple(single.get("block_params", ())),
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=single.get("memory_peak_bytes", 0.0),
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
                  tp_step=tp)
+
+
+def _sizes(rows) -> tuple:
+    """block_sizes_s back from JSON's lists."""
+    return tuple((int(n), tuple(times)) for n, times in rows)
 
 
 def _overhead(job: dict, key: str) -> float:

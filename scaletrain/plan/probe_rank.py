@@ -101,6 +101,30 @@ def _link_rows(grad_tensor_bytes: list[int], largest_block: int, device: torch.d
 
 
 
+def measure_tp_round(spec: dict) -> dict:
+    """A job that only times a tensor-parallel step across its processes (every rank fed the
+    same batch): for machines whose cores are fewer than the processes a plan puts on them,
+    where no job of several processes times the rest (their crowded compute is stretched by
+    the plan itself). Empty where the model has no tensor-parallel plan."""
+    from ..api import init
+    from ..workloads import get_workload
+
+    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"))
+    with init(strategy="ddp", backend=spec.get("backend"), device=spec.get("device"), threads=spec.get("threads"),
+              seed=spec["seed"]) as run:
+        if not declared_plan(workload.build_model()):
+            return {}
+        train_set, _ = workload.build_datasets(spec["seed"])
+        loss_fn = workload.training_task(train_set[0]).loss_fn
+        batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
+        seconds = tp_step_seconds(workload.build_model, workload.lr, same_batches(batches, run.device), loss_fn,
+                                  run.device, spec["steps"], spec["warmup"], run.world_size)
+        if seconds is None:
+            return {}
+        return {"world_size": run.world_size, "threads": run.threads,
+                "tp_mesh_step_s": run.mean(torch.tensor([seconds], dtype=torch.float64)).item()}
+
+
 def measure_probe_round(spec: dict) -> dict:
     """`spec`: workload, model, dataset, batch_size, seed, device, backend, threads, steps,
     warmup, min_seconds, microbatches. Returns this job's figures (every rank returns the same)."""
@@ -197,8 +221,24 @@ def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
     # into a micro-batch of 8 predicted anywhere from 49 to 156 ms a step.
     micro = max(1, len(targets) // (spec.get("microbatches") or SMALLEST_MICROBATCH_SHARE))
     runs, units = model_units(module)
-    return {"footprint": footprint.as_dict(),
-            "block_s": block_seconds(module, runs, inputs, targets, loss_fn),
-            "block_micro_s": block_seconds(module, runs, inputs[:micro], targets[:micro], loss_fn),
-            "microbatch_size": micro,
+    # And at the halvings of the batch in between: a block's time does not follow one line
+    # from the micro-batch to the batch (stages.block_times_at).
+    between = [n for n in (len(targets) >> k for k in range(1, 8)) if micro < n < len(targets)]
+
+    def times(n: int) -> list[float]:
+        return block_seconds(module, runs, inputs[:n], targets[:n], loss_fn)
+
+    found = {"footprint": footprint.as_dict(), "block_s": times(len(targets)), "block_micro_s": times(micro),
+             "microbatch_size": micro, "block_sizes_s": [[n, times(n)] for n in between]}
+    threads = torch.get_num_threads()
+    if threads > 1:
+        # The same on one thread, what a pipeline stage of a crowded machine has: a block's
+        # time does not shrink with threads alike at every size (the CNN's first blocks on 16
+        # samples took 1.7× as long on one thread as on two, on 32 samples 1.56×).
+        torch.set_num_threads(1)
+        try:
+            found["block_one_thread_s"] = [[n, times(n)] for n in sorted({micro, *between, len(targets)})]
+        finally:
+            torch.set_num_threads(threads)
+    return {**found,
             "block_params": [sum(p.numel() for m in unit for p in m.parameters()) for unit in units]}

@@ -52,9 +52,12 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
         lines.append(f"tensor parallel's own cost per step on one process (DTensor dispatch): "
                      f"{probe.tp_overhead_s * 1e3:.1f} ms")
     if probe.tp_step is not None:
+        crowded = probe.tp_step.world_size / probe.cores if probe.tp_step.world_size > probe.cores else 1.0
+        per_core = (f" for a process with a core of its own ({crowded:g}× that in this job of "
+                    f"{probe.tp_step.world_size} processes on {probe.cores} core(s))") if crowded > 1 else ""
         lines.append(f"tensor-parallel step across {probe.tp_step.world_size} process(es) × {probe.tp_step.threads} "
                      f"thread(s): {probe.tp_step.step_s * 1e3:.1f} ms, of which {tp_machinery_seconds(probe) * 1e3:.1f} "
-                     "ms beyond the arithmetic's share and the all-reduces (added to every tensor-parallel "
+                     f"ms beyond the arithmetic's share and the all-reduces{per_core} (added to every tensor-parallel "
                      "configuration)")
     network = probe.network.fitted() if probe.network is not None else None
     between = (f"between machines (measured: {network.source}) {network.busbw * 8 / 1e9:.2f} Gbit/s bus bandwidth, "

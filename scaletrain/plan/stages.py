@@ -72,34 +72,58 @@ class StageCosts:
             " per micro-batch"
 
 
-def block_times_at(probe: Probe, samples: float) -> Optional[list[float]]:
-    """Each block's forward + backward on `samples` samples: measured at the probe's micro-batch
-    and at its whole batch, and in between (or beyond) along the line through them — a
-    block's time is a fixed part plus a part that grows with the samples."""
+def block_curve(probe: Probe, threads: Optional[int] = None) -> list[tuple[int, list[float]]]:
+    """(samples, each block's forward + backward seconds) measured, fewest samples first: on one
+    thread where `threads` is 1 and the probe timed that, else at the one-process job's threads."""
     whole, micro, b = probe.block_s, probe.block_micro_s, probe.microbatch_size
     if not whole or len(micro) != len(whole):
+        return []
+    if threads == 1 and probe.block_one_thread_s:
+        return sorted((n, list(t)) for n, t in probe.block_one_thread_s if len(t) == len(whole))
+    return sorted({b: list(micro), **{n: list(t) for n, t in probe.block_sizes_s if len(t) == len(whole)},
+                   probe.batch_size: list(whole)}.items())
+
+
+def block_times_at(probe: Probe, samples: float, threads: Optional[int] = None) -> Optional[list[float]]:
+    """Each block's forward + backward on `samples` samples: measured at the probe's micro-batch,
+    at the sizes between it and the whole batch (halvings of the batch) and at the whole batch,
+    and in between (or beyond) along the line through the two nearest — a block's time is a
+    fixed part plus a part that grows with the samples, but not along one line: cache sizes
+    and the allocator (under --steady-memory a tensor of 2 MB or more gets fresh pages) bend it
+    (the CNN's first two blocks on one core: 11.2 ms at 16 samples, where the line through 4
+    and 32 samples said 15.5)."""
+    points = block_curve(probe, threads)
+    if not points:
         return None
-    if samples == b or b >= probe.batch_size:
-        return list(micro) if samples == b else list(whole)
-    if samples == probe.batch_size:
-        return list(whole)
-    fraction = (samples - b) / (probe.batch_size - b)
-    return [max(0.0, m + (w - m) * fraction) for m, w in zip(micro, whole)]
+    exact = dict(points).get(samples)
+    if exact is not None:
+        return exact
+    if len(points) < 2:
+        return points[-1][1]
+    # The segment around `samples`; below the smallest size or above the largest, the nearest one.
+    i = next((k for k in range(1, len(points) - 1) if samples < points[k][0]), len(points) - 1)
+    (n0, t0), (n1, t1) = points[i - 1], points[i]
+    fraction = (samples - n0) / (n1 - n0)
+    return [max(0.0, a + (c - a) * fraction) for a, c in zip(t0, t1)]
 
 
 def stage_costs(probe: Probe, compute: Compute, groups: list[list[int]], microbatches: int,
-                batch: Optional[int] = None, speedup: Optional[list[float]] = None) -> StageCosts:
+                batch: Optional[int] = None, speedup: Optional[list[float]] = None,
+                threads: Optional[int] = None) -> StageCosts:
     """Measured per-stage costs of micro-batches of `batch` / `microbatches` samples (batch:
-    the probe's by default); stages of equal cost when the probe timed no blocks. `speedup`:
-    a factor per block by which its work shrinks (tensor parallel's share)."""
+    the probe's by default) on processes of `threads` threads (`compute` is their step);
+    stages of equal cost when the probe timed no blocks. `speedup`: a factor per block by
+    which its work shrinks (tensor parallel's share)."""
     params = list(probe.block_params) or [1] * len(groups)
     share = [sum(params[i] for i in g) / max(1, sum(params)) for g in groups]
     optimizer = tuple(compute.optimizer_s * s for s in share)
     batch = batch or probe.batch_size
-    micro = block_times_at(probe, batch / microbatches)
+    micro = block_times_at(probe, batch / microbatches, threads)
     if micro is None or len(micro) != len(params):
         equal = compute.fb_s / microbatches / len(groups)
         return StageCosts(tuple(equal for _ in groups), optimizer)
-    scale = compute.fb_s / sum(probe.block_s)  # the whole step at this thread count / the blocks at theirs
+    # The whole step at this thread count (processes beside it included) / the blocks' sum on
+    # the whole batch at the threads they were timed with.
+    scale = compute.fb_s / sum(block_times_at(probe, probe.batch_size, threads))
     factor = speedup or [1.0] * len(micro)
     return StageCosts(tuple(sum(micro[i] * factor[i] for i in g) * scale for g in groups), optimizer)
