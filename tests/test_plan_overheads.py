@@ -72,11 +72,11 @@ def test_machinery_costs_add_to_the_configurations_that_use_them():
 
 def test_a_choice_keeps_the_memory_predictions_room_below_the_budget(monkeypatch):
     # The fastest candidate predicted inside the room the memory prediction can miss by is passed
-    # over for the fastest that leaves it; with none leaving it, the fastest that fits is taken
-    # and the choice says it is tight. Processes that keep their memory steady get half the room.
+    # over for the fastest that leaves it; with none leaving it, the one with the most speed to
+    # expect (its speed × the chance its peak fits) is taken and the choice says it is tight. Processes that keep their memory steady get half the room.
     from dataclasses import replace
 
-    from scaletrain.plan.choose import MEMORY_ROOM, MEMORY_ROOM_STEADY, choose, memory_room
+    from scaletrain.plan.choose import MEMORY_ROOM, MEMORY_ROOM_STEADY, choose, fit_odds, memory_room
     from scaletrain.steady_memory import STEADY_MEMORY_VAR
 
     monkeypatch.delenv(STEADY_MEMORY_VAR, raising=False)
@@ -98,6 +98,14 @@ def test_a_choice_keeps_the_memory_predictions_room_below_the_budget(monkeypatch
     tight_budget = min(p.memory_bytes for p in by_speed) * 1.02
     tight = choose([base], 2, 32, options(device_memory_bytes=tight_budget))
     assert tight.tight and "Tight" in tight.lines()[0] and "10%" in tight.lines()[0]
+    # With none leaving the room, the speed to expect decides: a candidate at the budget's edge
+    # fits about half the time; one further below it more often.
+    assert fit_odds(100.0, 100.0, 0.10) == pytest.approx(0.5)
+    assert fit_odds(95.0, 100.0, 0.10) > 0.8 and fit_odds(89.0, 100.0, 0.10) == 1.0
+    expected = lambda p: p.samples_per_s * fit_odds(p.memory_bytes, tight_budget, MEMORY_ROOM)  # noqa: E731
+    fitting = [p for p in tight.candidates if p.memory_bytes <= tight_budget]
+    assert expected(tight.chosen) == max(expected(p) for p in fitting)
+    assert tight.odds == pytest.approx(fit_odds(tight.chosen.memory_bytes, tight_budget, MEMORY_ROOM))
     monkeypatch.setenv(STEADY_MEMORY_VAR, "1")
     assert memory_room("cpu") == MEMORY_ROOM_STEADY < MEMORY_ROOM
     assert choose([base], 2, 32, options(device_memory_bytes=tight_budget)).room == MEMORY_ROOM_STEADY

@@ -391,7 +391,8 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
     document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
                 "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,
                 "rejected_for_memory": choice.rejected_for_memory, "considered": choice.considered,
-                "speedup_interval": choice.speedup_interval, "lines": choice.lines(),
+                "speedup_interval": choice.speedup_interval, "tight": choice.tight,
+                "fit_odds": choice.odds if choice.tight else None, "lines": choice.lines(),
                 "candidates": [p.as_dict() for p in choice.candidates]}
     if args.out is not None:
         from ..files import write_json_atomic

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -41,6 +42,16 @@ def memory_room(device_type: str) -> float:
     from ..steady_memory import wanted
 
     return MEMORY_ROOM_STEADY if device_type == "cuda" or wanted(None) else MEMORY_ROOM
+
+
+def fit_odds(predicted_bytes: float, budget_bytes: float, room: float) -> float:
+    """The chance that a peak predicted at `predicted_bytes` measures within the budget, taking
+    the prediction's error as normal with the room as two standard deviations (1 where it
+    leaves the room, or where there is no budget)."""
+    if predicted_bytes <= budget_bytes * (1 - room) or math.isinf(budget_bytes):
+        return 1.0
+    sigma = room / 2 * predicted_bytes
+    return 0.5 * (1 + math.erf((budget_bytes - predicted_bytes) / (sigma * math.sqrt(2))))
 
 
 def _divisors(n: int) -> list[int]:
@@ -87,6 +98,8 @@ class Choice:
     that fits had that room."""
     budget_bytes: float = 0.0
     room: float = MEMORY_ROOM
+    odds: float = 1.0
+    """Tight: the chance that the chosen configuration's peak fits (fit_odds)."""
 
     def flags(self) -> list[str]:
         """The chosen configuration as `scaletrain train` flags."""
@@ -116,8 +129,9 @@ class Choice:
                  f"{self.considered} configurations predicted.")
         if self.tight:
             first += (f" Tight: {c.memory_bytes / 1e6:,.0f} MB predicted against {self.budget_bytes / 1e6:,.0f} MB, "
-                      f"inside the {self.room:.0%} the prediction can miss by; none that fits leaves that room "
-                      f"(watch peak_memory_bytes, or give more processes).")
+                      f"inside the {self.room:.0%} the prediction can miss by; none that fits leaves that room, and "
+                      f"of those that fit this one has the most speed to expect, its peak fitting about "
+                      f"{self.odds:.0%} of the time (watch peak_memory_bytes, or give more processes).")
         if c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
             first += (f" Below the {WORTH_AT_SPEEDUP:g}× that pays: one process (--nproc-per-node 1) would do about as "
                       f"well.")
@@ -149,15 +163,20 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
             rejected.append(f"{name} {_short(chosen_options)} needs {middle.memory_bytes / 1e6:,.0f} MB".strip())
             continue
         predicted.append((middle, [p.speedup for p in rounds]))
-    # The fastest first among those that leave the prediction's room below the budget; those
-    # inside the room only when no candidate has it.
+    # The fastest first among those that leave the prediction's room below the budget. Those
+    # inside the room only when no candidate has it, and then by the speed to expect: a
+    # candidate predicted at the budget's edge fits about half the time, so a slower one
+    # further below it can be the better bet (fit_odds).
     budget = options.device_memory_bytes
     room = memory_room(probe.device_type)
     roomy = lambda p: p.memory_bytes <= budget * (1 - room)  # noqa: E731
-    predicted.sort(key=lambda item: (roomy(item[0]), item[0].samples_per_s), reverse=True)
+    predicted.sort(key=lambda item: (roomy(item[0]), item[0].samples_per_s * fit_odds(item[0].memory_bytes, budget,
+                                                                                       room)), reverse=True)
     choice = Choice(predicted[0][0] if predicted else None, predicted[1][0] if len(predicted) > 1 else None,
                     rejected, len(found), sorted(every, key=lambda p: p.samples_per_s, reverse=True),
                     tight=bool(predicted) and not roomy(predicted[0][0]), budget_bytes=budget, room=room)
+    if choice.tight:
+        choice.odds = fit_odds(choice.chosen.memory_bytes, budget, room)
     if predicted and len(predicted[0][1]) >= 2:
         speedups = predicted[0][1]
         choice.speedup_interval = (min(speedups), max(speedups)) if len(speedups) < 3 else \
