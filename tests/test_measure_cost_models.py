@@ -165,3 +165,13 @@ def test_one_f_one_b_hides_fast_later_stages_and_matches_gpipe_when_the_last_is_
     assert abs(total - (4 * 0.009 + (0.004 - 0.003))) < 1e-12 and transfers == 0.0
     total, transfers = first.one_f_one_b(4, 0.001)
     assert abs(transfers - 0.002) < 1e-12  # the round trip's two transfers, no longer hidden
+
+
+def test_a_later_stages_optimizer_step_overlaps_the_backwards_before_it():
+    from scaletrain.plan.stages import StageCosts
+
+    # stage 0: 30 ms a micro-batch (20 of it backward), a 1 ms step; stage 1: 6 ms, a 25 ms step
+    costs = StageCosts(per_microbatch_s=(0.030, 0.006), optimizer_s=(0.001, 0.025))
+    assert costs.optimizer_tail() == pytest.approx(0.025 - 0.020)
+    assert costs.optimizer_tail(transfer_s=0.002) == pytest.approx(0.025 - 0.022)
+    assert costs.optimizer_tail(share=0.5) == pytest.approx(0.0005)  # half of stage 1 hidden; half of stage 0 left

@@ -268,13 +268,17 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
         m = config.microbatches
         costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks],
                             s.threads)
+        one = _one_transfer(probe, s, m, groups) if dims.pp > 1 else 0.0
         if config.options.get("schedule", "1f1b") == "gpipe" or dims.pp == 1:
             busy = costs.busy_seconds(m) - max(costs.optimizer_s)
             transfer = _activation_transfers(probe, s, dims.pp, m, max(costs.per_microbatch_s), groups)
         else:  # 1F1B: the stages around the slowest one overlap with it (StageCosts.one_f_one_b)
-            busy, transfer = costs.one_f_one_b(m, _one_transfer(probe, s, m, groups))
+            busy, transfer = costs.one_f_one_b(m, one)
             busy -= transfer
-        compute = c.data_s + busy + c.optimizer_s * state_share
+        # Each stage steps its own share of the state, and a later stage's step overlaps the
+        # backwards still running before it (StageCosts.optimizer_tail).
+        held_share = state_share / stage_fraction if stage_fraction else 0.0
+        compute = c.data_s + busy + costs.optimizer_tail(held_share, one)
         tp_comm = _tp_comm(probe, s, config, stage, per_process / m, m)
         note = f"{costs.describe()}; bubble {f.pipeline_bubble(dims.pp, m):.0%} of an even split"
     else:
