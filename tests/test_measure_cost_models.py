@@ -149,6 +149,12 @@ def test_ddp_takes_the_probes_measured_communication_where_the_probe_ran_it():
     assert across.exposed_comm_s == pytest.approx(across.comm_s) and "measured" not in across.note
     plain = predict(probe(), "ddp", 2, options())  # no DDP steps measured: the model
     assert plain.exposed_comm_s == pytest.approx(plain.comm_s)
+    # Measured across the hosts too (plan --hosts: DDP steps on every slot of each host, here 2
+    # machines of 2): that scenario takes them; one machine keeps its own.
+    hosts = replace(p, network_ddp_step=DdpStep(world_size=4, threads=1, step_s=0.150, local_step_s=0.095))
+    assert predict(hosts, "ddp", 4, options()).exposed_comm_s == pytest.approx(0.055)
+    assert predict(hosts, "ddp", 2, options()).exposed_comm_s == pytest.approx(0.010)
+    assert probe_from_dict(hosts.as_dict()) == hosts
 
 
 def test_one_f_one_b_hides_fast_later_stages_and_matches_gpipe_when_the_last_is_slowest():

@@ -156,6 +156,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int,
                    help="(launched) CPU threads per process of this probe job (default: cores ÷ processes)")
     p.add_argument("--tp-step-only", action="store_true", help=argparse.SUPPRESS)  # (launched) probe.ProbeJobs.tp_copies
+    p.add_argument("--steps-only", action="store_true", help=argparse.SUPPRESS)  # (launched) ProbeJobs._hosts_ddp_step
     p.add_argument("--choose", action="store_true",
                    help="choose the fastest configuration that fits the memory for the world size given (one "
                         "--world-sizes value; default: this machine's processes): every strategy and composition × "
@@ -216,7 +217,7 @@ def be_a_probe_rank(args: argparse.Namespace) -> int:
 
     if args.out is None:
         raise UsageError("a launched plan measures one probe job and writes it to --out FILE; give --out")
-    spec = {**probe_spec(args, args.workload), "threads": args.threads}
+    spec = {**probe_spec(args, args.workload), "threads": args.threads, "steps_only": args.steps_only}
     result = measure_tp_round(spec) if args.tp_step_only else measure_probe_round(spec)
     if detect(os.environ).rank == 0:
         write_json_atomic(args.out, result)

@@ -47,9 +47,10 @@ def ddp_comm(probe: Probe, s: Scenario) -> float:
 
 def measured_ddp_exposed(probe: Probe, s: Scenario) -> Optional[float]:
     """What the all-reduce cost inside the probe's real DDP steps, when the scenario is the
-    one they ran (this machine, as many processes, as many threads each); None otherwise."""
-    m = probe.ddp_step
-    if m is None or s.nodes != 1 or s.world_size != m.world_size or s.threads != m.threads or s.oversubscription != 1:
+    one they ran (this machine, or the hosts measured across; as many processes, as many
+    threads each); None otherwise."""
+    m = probe.ddp_step if s.nodes == 1 else probe.network_ddp_step
+    if m is None or s.world_size != m.world_size or s.threads != m.threads or s.oversubscription != 1:
         return None
     return m.exposed_comm_s
 

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .probe import Link, Probe, TpStep, cores_here, device_memory_bytes, measure_link, probe_from_jobs
+from .probe import DdpStep, Link, Probe, TpStep, cores_here, device_memory_bytes, measure_link, probe_from_jobs
 from .scenario import Options, threads_needed
 
 PROBE_FILE = "probe.json"
@@ -102,6 +102,8 @@ class ProbeJobs:
         if self.tp_copies > 1:
             probe.tp_step = self._tp_step(folder)
         if self.hosts is not None:
+            probe.network_ddp_step = self._hosts_ddp_step(folder)
+        if self.hosts is not None:
             probe.network = measure_link(network_sizes(jobs), len(self.hosts.hosts), self.spec.get("backend"),
                                          self.spec.get("device"), self.hosts)
         return probe
@@ -118,6 +120,27 @@ class ProbeJobs:
                                f"(exit status {code}); its error is printed above")
         job = json.loads(out.read_text())
         return TpStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
+
+
+    def _hosts_ddp_step(self, folder: Path) -> Optional[DdpStep]:
+        """DDP steps across the hosts, every slot of each, with and without their all-reduce:
+        what the all-reduce costs inside training there. Across machines part of it is the
+        network's time, which the cores could spend on backward; whether they do (a host whose
+        network stack needs the core its training runs on does not) is measured, not assumed."""
+        from ..measure.jobs import run_job
+
+        slots = self.hosts.slots
+        threads = max(1, self.cores // slots)
+        out = folder / f"hosts-{PROBE_FILE}"
+        nproc = slots * len(self.hosts.hosts)
+        code = run_job([*self.argv(threads, out), "--steps-only"], nproc, self.hosts)
+        if code != 0 or not out.exists():
+            raise RuntimeError(f"the plan's probe job across the hosts ({nproc} processes) failed (exit status "
+                               f"{code}); its error is printed above")
+        job = json.loads(out.read_text())
+        if "ddp_step_s" not in job:
+            return None
+        return DdpStep(job["world_size"], threads, job["ddp_step_s"], job["step_s"])
 
 
 def _bucket_sizes(jobs: dict) -> list[int]:

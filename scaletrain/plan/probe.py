@@ -123,6 +123,8 @@ class Probe:
     block_params: tuple = ()
     """Parameters of each top-level block (how the strategies cut stages)."""
     ddp_step: Optional[DdpStep] = None
+    network_ddp_step: Optional[DdpStep] = None
+    """The same across the hosts measured (--hosts), every slot of each (None: one machine)."""
     """Measured in the job of several processes (None: one process planned, or no DDP)."""
     memory_constant_bytes: float = 0.0
     """What the one-process job held before its model: interpreter, torch, process group, data."""
@@ -172,6 +174,7 @@ def probe_from_dict(doc: dict) -> Probe:
                  block_one_thread_s=_sizes(doc.get("block_one_thread_s", ())),
                  block_params=tuple(doc.get("block_params", ())),
                  ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None,
+                 network_ddp_step=DdpStep(**doc["network_ddp_step"]) if doc.get("network_ddp_step") else None,
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=doc.get("memory_peak_bytes", 0.0),
                  tp_step=TpStep(**doc["tp_step"]) if doc.get("tp_step") else None)

@@ -188,7 +188,9 @@ def measure_probe_round(spec: dict) -> dict:
             result["ddp_step_s"] = statistics.fmean(slowest[SYNC])
         module = run.unwrap(model)
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
-        if run.world_size > 1:
+        if spec.get("steps_only"):
+            pass  # (a job across hosts: only its DDP steps; their links are measured on their own)
+        elif run.world_size > 1:
             result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
             if declared_plan(module):
                 # Tensor parallel across every process of the job, as it waits in a real run.

@@ -36,11 +36,11 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
         total = sum(probe.block_s)
         lines.append("forward + backward per top-level block: " +
                      ", ".join(f"{t * 1e3:.1f} ms ({t / total:.0%})" for t in probe.block_s))
-    ddp = probe.ddp_step
-    if ddp is not None:
-        lines.append(f"DDP step with its all-reduce, {ddp.world_size} process(es) × {ddp.threads} thread(s): "
-                     f"{ddp.step_s * 1e3:.1f} ms, {ddp.local_step_s * 1e3:.1f} ms without it in the same job: "
-                     f"the all-reduce costs {ddp.exposed_comm_s * 1e3:.1f} ms inside a step")
+    for ddp, where in ((probe.ddp_step, ""), (probe.network_ddp_step, " across the hosts")):
+        if ddp is not None:
+            lines.append(f"DDP step with its all-reduce{where}, {ddp.world_size} process(es) × {ddp.threads} thread(s): "
+                         f"{ddp.step_s * 1e3:.1f} ms, {ddp.local_step_s * 1e3:.1f} ms without it in the same job: "
+                         f"the all-reduce costs {ddp.exposed_comm_s * 1e3:.1f} ms inside a step")
     link = probe.link
     if link is not None:
         lines.append(f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs "

@@ -65,10 +65,14 @@ def median_probe(probes: list[Probe]) -> Probe:
     if ddp is not None and all(p.ddp_step is not None for p in probes):
         ddp = replace(ddp, step_s=statistics.median(p.ddp_step.step_s for p in probes),
                       local_step_s=statistics.median(p.ddp_step.local_step_s for p in probes))
+    hosts = first.network_ddp_step
+    if hosts is not None and all(p.network_ddp_step is not None for p in probes):
+        hosts = replace(hosts, step_s=statistics.median(p.network_ddp_step.step_s for p in probes),
+                        local_step_s=statistics.median(p.network_ddp_step.local_step_s for p in probes))
     tp = first.tp_step
     if tp is not None and all(p.tp_step is not None for p in probes):
         tp = replace(tp, step_s=statistics.median(p.tp_step.step_s for p in probes))
-    return replace(first, compute=compute, link=link, ddp_step=ddp, tp_step=tp)
+    return replace(first, compute=compute, link=link, ddp_step=ddp, network_ddp_step=hosts, tp_step=tp)
 
 
 def step_spreads(probes: list[Probe]) -> dict[int, Spread]:
