@@ -103,11 +103,9 @@ class ProbeJobs:
             probe.tp_step = self._tp_step(folder)
         if self.hosts is not None:
             probe.network_ddp_step = self._hosts_ddp_step(folder)
-        if self.hosts is not None:
             probe.network = measure_link(network_sizes(jobs), len(self.hosts.hosts), self.spec.get("backend"),
                                          self.spec.get("device"), self.hosts)
         return probe
-
 
     def _tp_step(self, folder: Path) -> Optional[TpStep]:
         """The tensor-parallel step on `tp_copies` processes sharing this machine's cores."""
@@ -120,7 +118,6 @@ class ProbeJobs:
                                f"(exit status {code}); its error is printed above")
         job = json.loads(out.read_text())
         return TpStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
-
 
     def _hosts_ddp_step(self, folder: Path) -> Optional[DdpStep]:
         """DDP steps across the hosts, every slot of each, with and without their all-reduce:

@@ -188,9 +188,7 @@ def measure_probe_round(spec: dict) -> dict:
             result["ddp_step_s"] = statistics.fmean(slowest[SYNC])
         module = run.unwrap(model)
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
-        if spec.get("steps_only"):
-            pass  # (a job across hosts: only its DDP steps; their links are measured on their own)
-        elif run.world_size > 1:
+        if run.world_size > 1 and not spec.get("steps_only"):  # (across hosts: the steps; the links on their own)
             result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
             if declared_plan(module):
                 # Tensor parallel across every process of the job, as it waits in a real run.
@@ -198,7 +196,7 @@ def measure_probe_round(spec: dict) -> dict:
                                           run.device, min(steps, spec["steps"]), spec["warmup"], run.world_size)
                 if seconds is not None:  # the ranks wait for each other at every layer: one figure
                     result["tp_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
-        else:
+        elif run.world_size == 1:
             result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
             for key, measure in (("fsdp_step_s", fsdp_step_seconds), ("tp_step_s", tp_step_seconds)):
