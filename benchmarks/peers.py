@@ -40,6 +40,9 @@ sys.path.insert(0, str(HERE))
 from peer_configs import build_configs, links_unavailable, prepare_link, run_config, two_hosts  # noqa: E402
 from peer_report import accuracy_rows, markdown, print_table  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent))
+from scaletrain.values import non_negative_int, positive_int, whole_number  # noqa: E402
+
 REPO = HERE.parent
 #: The runners that take --device cuda.
 CUDA_RUNNERS = ("raw", "api", "api-unpinned", "trainer")
@@ -47,9 +50,9 @@ CUDA_RUNNERS = ("raw", "api", "api-unpinned", "trainer")
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--reps", type=int, default=5, help="repetitions of every configuration (default 5)")
+    p.add_argument("--reps", type=positive_int, default=5, help="repetitions of every configuration (default 5)")
     p.add_argument("--nprocs", default="1,2", help="process counts, comma-separated (default 1,2)")
-    p.add_argument("--single-reps", type=int, default=None,
+    p.add_argument("--single-reps", type=non_negative_int, default=None,
                    help="repetitions of the 1-process configurations (default: --reps); they are slow, and "
                         "the comparisons that matter are at 2+ processes")
     p.add_argument("--workloads", default="synthetic-cnn,synthetic-mlp", help="comma-separated")
@@ -60,13 +63,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--links", default="10gbit,1gbit",
                    help="tc rates of the two-host links for the compression comparison on the MLP, comma-separated "
                         "('veth' for no cap, 'none' to skip; default 10gbit,1gbit)")
-    p.add_argument("--epochs", type=int, default=3, help="the first is warm-up (default 3)")
-    p.add_argument("--batch-size", type=int, default=32, help="samples per process per step (default 32)")
+    p.add_argument("--epochs", type=lambda text: whole_number(text, minimum=2), default=3, help="the first is warm-up (default 3)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
     p.add_argument("--accuracy", action="store_true",
                    help="also train digits-mlp on 2 processes with and without --compression; report accuracy")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: synthetic-cnn, raw and the api only, 1 repetition, 2 epochs of at most 3 steps")
-    p.add_argument("--max-steps", type=int, default=0, help="steps per epoch at most, for raw/api/peers (0: all)")
+    p.add_argument("--max-steps", type=non_negative_int, default=0, help="steps per epoch at most, for raw/api/peers (0: all)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before one run is killed")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: one GPU per process over NCCL, for the runners raw, api, api-unpinned and trainer "
