@@ -10,8 +10,9 @@ the same job to the next (one run of a 134 MB MLP peaked at 1,001 MB, the next a
 FSDP over 16 blocks of 17 MB grew to 2.5 GB per process where it held 0.9 GB). With the
 threshold fixed, every tensor of at least `THRESHOLD_BYTES` is mapped on its own and returned
 when freed: the peak is what the process held, run after run, and what the plan predicts.
-The price is fresh pages zeroed by the kernel at each such allocation (5–7% of a step for a
-large MLP; more for FSDP with many mid-sized blocks, which gathers every block twice a step).
+The price is fresh pages zeroed by the kernel at each such allocation (8% of a step for a
+large MLP, about 40% for the CNN and the GPT at batch 256; more for FSDP with many mid-sized
+blocks, which gathers every block twice a step).
 
 `SCALETRAIN_STEADY_MEMORY=1` in a rank's environment (what `--steady-memory` sets for every
 process a command starts) or `scaletrain.init(steady_memory=True)` turns it on. A GPU's caching
@@ -30,8 +31,8 @@ STEADY_MEMORY_VAR = "SCALETRAIN_STEADY_MEMORY"
 #: Tensors from this size up are mapped on their own; smaller ones, the many small tensors of a
 #: step, stay in the heap, where they are cheap. 2 MB, not 4: a pipeline stage's activations
 #: of one micro-batch are often just under 4 MB, and in the heap they left a GPT's last stage
-#: 77 MB above its tensors (at 2 MB: within 3%); one process of the 134 MB MLP and of the GPT
-#: ran as fast at 2 MB as at 4 MB.
+#: 77 MB above its tensors (at 2 MB: within 3%). One process of the 134 MB MLP and of the GPT
+#: ran within 3% as fast at 2 MB as at 4 MB; the CNN, whose activations are 2–4 MB, 18% slower.
 THRESHOLD_BYTES = 2 << 20
 
 #: mallopt's parameter number for the mmap threshold (malloc.h's M_MMAP_THRESHOLD).
