@@ -83,17 +83,11 @@ class ProbeJobs:
     def run_round(self, folder: Path, reverse: bool = False) -> Probe:
         """One round: a job per thread count (largest first; smallest first when `reverse`),
         then the Probe they make."""
-        from ..measure.jobs import run_job
-
         folder.mkdir(parents=True, exist_ok=True)
         jobs = {}
         for threads, copies in sorted(self.copies.items(), reverse=not reverse):
-            out = folder / f"{threads}-threads-{PROBE_FILE}"
-            code = run_job(self.argv(threads, out), copies)
-            if code != 0 or not out.exists():
-                raise RuntimeError(f"the plan's probe job ({copies} process(es) × {threads} thread(s)) failed "
-                                   f"(exit status {code}); its error is printed above")
-            jobs[threads] = json.loads(out.read_text())
+            jobs[threads] = self._job(folder / f"{threads}-threads-{PROBE_FILE}", threads, copies, [],
+                                      f"probe job ({copies} process(es) × {threads} thread(s))")
         link = self.link
         if link is None and self.needs_link and not any(j.get("link_rows") for j in jobs.values()):
             buckets = _bucket_sizes(jobs)
@@ -107,16 +101,19 @@ class ProbeJobs:
                                          self.spec.get("device"), self.hosts)
         return probe
 
-    def _tp_step(self, folder: Path) -> Optional[TpStep]:
-        """The tensor-parallel step on `tp_copies` processes sharing this machine's cores."""
+    def _job(self, out: Path, threads: int, nproc: int, extra: list[str], what: str, hosts=None) -> dict:
+        """Runs one probe job (`extra`: its kind's flags) and returns what it wrote to `out`."""
         from ..measure.jobs import run_job
 
-        out = folder / f"tp-{PROBE_FILE}"
-        code = run_job([*self.argv(1, out), "--tp-step-only"], self.tp_copies)
+        code = run_job([*self.argv(threads, out), *extra], nproc, hosts)
         if code != 0 or not out.exists():
-            raise RuntimeError(f"the plan's tensor-parallel probe job ({self.tp_copies} processes) failed "
-                               f"(exit status {code}); its error is printed above")
-        job = json.loads(out.read_text())
+            raise RuntimeError(f"the plan's {what} failed (exit status {code}); its error is printed above")
+        return json.loads(out.read_text())
+
+    def _tp_step(self, folder: Path) -> Optional[TpStep]:
+        """The tensor-parallel step on `tp_copies` processes sharing this machine's cores."""
+        job = self._job(folder / f"tp-{PROBE_FILE}", 1, self.tp_copies, ["--tp-step-only"],
+                        f"tensor-parallel probe job ({self.tp_copies} processes)")
         return TpStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
 
     def _hosts_ddp_step(self, folder: Path) -> Optional[DdpStep]:
@@ -124,17 +121,11 @@ class ProbeJobs:
         what the all-reduce costs inside training there. Across machines part of it is the
         network's time, which the cores could spend on backward; whether they do (a host whose
         network stack needs the core its training runs on does not) is measured, not assumed."""
-        from ..measure.jobs import run_job
-
         slots = self.hosts.slots
         threads = max(1, self.cores // slots)
-        out = folder / f"hosts-{PROBE_FILE}"
         nproc = slots * len(self.hosts.hosts)
-        code = run_job([*self.argv(threads, out), "--steps-only"], nproc, self.hosts)
-        if code != 0 or not out.exists():
-            raise RuntimeError(f"the plan's probe job across the hosts ({nproc} processes) failed (exit status "
-                               f"{code}); its error is printed above")
-        job = json.loads(out.read_text())
+        job = self._job(folder / f"hosts-{PROBE_FILE}", threads, nproc, ["--steps-only"],
+                        f"probe job across the hosts ({nproc} processes)", self.hosts)
         if "ddp_step_s" not in job:
             return None
         return DdpStep(job["world_size"], threads, job["ddp_step_s"], job["step_s"])

@@ -123,9 +123,9 @@ class Probe:
     block_params: tuple = ()
     """Parameters of each top-level block (how the strategies cut stages)."""
     ddp_step: Optional[DdpStep] = None
+    """Measured in the job of several processes (None: one process planned, or no DDP)."""
     network_ddp_step: Optional[DdpStep] = None
     """The same across the hosts measured (--hosts), every slot of each (None: one machine)."""
-    """Measured in the job of several processes (None: one process planned, or no DDP)."""
     memory_constant_bytes: float = 0.0
     """What the one-process job held before its model: interpreter, torch, process group, data."""
     memory_peak_bytes: float = 0.0
@@ -208,7 +208,7 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
 
 
 def _sizes(rows) -> tuple:
-    """block_sizes_s back from JSON's lists."""
+    """block_sizes_s and block_one_thread_s back from JSON's lists."""
     return tuple((int(n), tuple(times)) for n, times in rows)
 
 

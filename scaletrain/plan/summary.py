@@ -61,18 +61,19 @@ def median_probe(probes: list[Probe]) -> Probe:
                                  for size, _ in link.points),
                     gather_ratio=statistics.median(p.link.gather_ratio for p in probes),
                     scatter_ratio=statistics.median(p.link.scatter_ratio for p in probes))
-    ddp = first.ddp_step
-    if ddp is not None and all(p.ddp_step is not None for p in probes):
-        ddp = replace(ddp, step_s=statistics.median(p.ddp_step.step_s for p in probes),
-                      local_step_s=statistics.median(p.ddp_step.local_step_s for p in probes))
-    hosts = first.network_ddp_step
-    if hosts is not None and all(p.network_ddp_step is not None for p in probes):
-        hosts = replace(hosts, step_s=statistics.median(p.network_ddp_step.step_s for p in probes),
-                        local_step_s=statistics.median(p.network_ddp_step.local_step_s for p in probes))
-    tp = first.tp_step
-    if tp is not None and all(p.tp_step is not None for p in probes):
-        tp = replace(tp, step_s=statistics.median(p.tp_step.step_s for p in probes))
-    return replace(first, compute=compute, link=link, ddp_step=ddp, network_ddp_step=hosts, tp_step=tp)
+    steps = {name: _median_step(probes, name, times) for name, times in
+             (("ddp_step", ("step_s", "local_step_s")), ("network_ddp_step", ("step_s", "local_step_s")),
+              ("tp_step", ("step_s",)))}
+    return replace(first, compute=compute, link=link, **steps)
+
+
+def _median_step(probes: list[Probe], name: str, times: tuple):
+    """The rounds' measured step `name` (DdpStep, TpStep) with each of its `times` the median over
+    them; the first round's where some round has none."""
+    first = getattr(probes[0], name)
+    if first is None or any(getattr(p, name) is None for p in probes):
+        return first
+    return replace(first, **{t: statistics.median(getattr(getattr(p, name), t) for p in probes) for t in times})
 
 
 def step_spreads(probes: list[Probe]) -> dict[int, Spread]:
