@@ -138,5 +138,8 @@ def test_bench_and_plan_across_two_hosts(clean_hosts, tmp_path):
     doc = json.loads(plan.stdout)
     network = doc["probe"]["network"]
     assert "one on each of 10.77.0.1, 10.77.0.2" in network["source"] and network["busbw"] > 0
+    # DDP steps across the hosts, with and without their all-reduce: what ddp across them takes
+    hosts_ddp = doc["probe"]["network_ddp_step"]
+    assert hosts_ddp["world_size"] == 2 and hosts_ddp["step_s"] > 0 and hosts_ddp["local_step_s"] > 0
     across = [p for p in doc["predictions"] if p["world_size"] == 2]
     assert {p["strategy"] for p in across} == {"ddp", "pipeline"} and all(p["nodes"] == 2 for p in across)
