@@ -136,7 +136,7 @@ def test_the_measured_tensor_parallel_step_replaces_the_mesh_of_one_figure():
 
     from scaletrain.plan.cost_models import tp_machinery_seconds
     from scaletrain.plan.predict import predict
-    from scaletrain.plan.probe import TpStep, probe_from_dict
+    from scaletrain.plan.probe import MeshStep, probe_from_dict
 
     from .test_measure_cost_models import probe
     from .test_measure_formulas import _options as options
@@ -146,8 +146,42 @@ def test_the_measured_tensor_parallel_step_replaces_the_mesh_of_one_figure():
                                            block_tp_reduce_bytes_per_sample=(0.0, 100.0, 0.0, 0.0)),
                    tp_overhead_s=0.010)
     plain = predict(replace(base, tp_overhead_s=0.0), "tp", 2, options(nproc_per_node=2), {"tp": 2})
-    slow = replace(base, tp_step=TpStep(world_size=2, threads=1, step_s=plain.step_s + 0.030))
+    slow = replace(base, tp_step=MeshStep(world_size=2, threads=1, step_s=plain.step_s + 0.030))
     assert tp_machinery_seconds(base) == 0.010      # nothing measured across processes: one process's figure
     assert tp_machinery_seconds(slow) == pytest.approx(0.030)
     assert predict(slow, "tp", 2, options(nproc_per_node=2), {"tp": 2}).step_s == pytest.approx(plain.step_s + 0.030)
     assert probe_from_dict(slow.as_dict()).tp_step == slow.tp_step
+
+
+def test_the_measured_fsdp_step_across_the_hosts_is_added_for_the_bytes_gathered_across_them():
+    # An FSDP step across two hosts that took 40 ms more than the model's prediction: fsdp ×2
+    # across them is predicted at that step; FSDP × TP (tensor parallel inside the hosts)
+    # gathers half as many bytes across them per process, so gets its share of the 40 ms; a
+    # configuration on one machine gets none of it.
+    from dataclasses import replace
+
+    from scaletrain.plan.cost_models import fsdp_network_seconds
+    from scaletrain.plan.predict import predict
+    from scaletrain.plan.probe import Link, MeshStep, probe_from_dict
+
+    from .test_measure_cost_models import probe
+    from .test_measure_formulas import _options as options
+
+    base = replace(probe(), network=Link(alpha_s=3e-4, busbw=1e8, nproc=2, source="between the hosts"))
+    base = replace(base, footprint=replace(base.footprint, block_tp_param_bytes=(0, 4_000_000, 0, 0),
+                                           block_tp_reduce_bytes_per_sample=(0.0, 100.0, 0.0, 0.0)))
+    across = options(nproc_per_node=1, cores=2)
+    plain = predict(base, "fsdp", 2, across)
+    measured = replace(base, network_fsdp_step=MeshStep(world_size=2, threads=2, step_s=plain.step_s + 0.040,
+                                                        nproc_per_node=1))
+    assert fsdp_network_seconds(base) == 0.0
+    assert fsdp_network_seconds(measured) * base.footprint.param_bytes / 2 == pytest.approx(0.040)
+    assert predict(measured, "fsdp", 2, across).step_s == pytest.approx(plain.step_s + 0.040)
+    hosts_of_two = options(nproc_per_node=2)
+    composed = {"tp": 2, "dp_shard": 2}
+    before = predict(base, "fsdp", 4, hosts_of_two, composed)
+    after = predict(measured, "fsdp", 4, hosts_of_two, composed)
+    held = (base.footprint.param_bytes - 4_000_000 / 2) / base.footprint.param_bytes  # tensor parallel's share
+    assert after.step_s - before.step_s == pytest.approx(0.080 * held / 2)
+    assert predict(measured, "fsdp", 2, options()).step_s == pytest.approx(predict(base, "fsdp", 2, options()).step_s)
+    assert probe_from_dict(measured.as_dict()).network_fsdp_step == measured.network_fsdp_step

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from . import formulas as f
 from .configuration import Configuration, configuration
 from .memory_model import peak_bytes
-from .probe import Probe
+from .probe import MeshStep, Probe
 from .scenario import Options, Scenario, compute_at, one_process_threads, scenario
 from .stages import stage_costs, stage_groups
 
@@ -219,24 +219,51 @@ def recompute_seconds(config: Configuration, forward_backward_s: float) -> float
     return share * forward_backward_s
 
 
+def _where_measured(probe: Probe, step: MeshStep) -> tuple[Options, Scenario]:
+    """The options and scenario a probe job's measured step ran in: its processes, as many on
+    each machine as it had (all on this one, or the hosts' slots across the network measured)."""
+    per_node = step.nproc_per_node or step.world_size
+    here = Options(nproc_per_node=per_node, cores=probe.cores, link_gbps=0.0, link_latency_s=0.0,
+                   overlap=0.0 if probe.device_type != "cuda" else 1.0, microbatches=None, device_memory_bytes=math.inf)
+    return here, scenario(step.world_size, here, probe.link, probe.device_type, probe.network)
+
+
+def _beyond_the_model(probe: Probe, step: MeshStep, strategy: str) -> Optional[float]:
+    """What `step` (a `strategy` step of the whole mesh) took beyond this cost model's
+    prediction of it without the measured terms, per process of a core of its own: measured on
+    more processes than cores (a one-core machine's job), the machinery's time is stretched as
+    the arithmetic's is, and the configurations stretch it again by theirs. None where the
+    model cannot predict that step."""
+    config = configuration(strategy, step.world_size)
+    if config is None:
+        return None
+    here, s = _where_measured(probe, step)
+    cost = _mesh(probe, s, here, config, machinery=False)
+    if cost is None:
+        return None
+    return max(0.0, step.step_s - (cost["compute"] + cost["exposed"])) / s.oversubscription
+
+
 def tp_machinery_seconds(probe: Probe) -> float:
     """What tensor parallel's own machinery adds to a step of the whole model (plan/overheads.py):
     where the probe timed a real tensor-parallel step across its processes, what that step took
     beyond this model's prediction of it without this term — DTensor's dispatch and the ranks
     waiting for each other at every layer; otherwise the mesh-of-one step's extra time."""
-    measured = probe.tp_step
-    config = configuration("tp", measured.world_size) if measured is not None else None
-    if config is None:
-        return probe.tp_overhead_s
-    here = Options(nproc_per_node=measured.world_size, cores=probe.cores, link_gbps=0.0, link_latency_s=0.0,
-                   overlap=0.0 if probe.device_type != "cuda" else 1.0, microbatches=None, device_memory_bytes=math.inf)
-    s = scenario(measured.world_size, here, probe.link, probe.device_type)
-    cost = _mesh(probe, s, here, config, machinery=False)
-    if cost is None:
-        return probe.tp_overhead_s
-    # Measured on more processes than cores (the job of a one-core machine), the machinery's
-    # time is stretched as the arithmetic's is; the configurations stretch it again by theirs.
-    return max(0.0, measured.step_s - (cost["compute"] + cost["exposed"])) / s.oversubscription
+    beyond = _beyond_the_model(probe, probe.tp_step, "tp") if probe.tp_step is not None else None
+    return probe.tp_overhead_s if beyond is None else beyond
+
+
+def fsdp_network_seconds(probe: Probe) -> float:
+    """What FSDP's collectives across machines cost the step beyond the all-gathers and
+    reduce-scatters timed alone, per byte of parameters a process gathers across them: where
+    the probe timed a real FSDP step across the hosts (--hosts), what it took beyond this
+    model's prediction of it. On hosts whose network stack runs on the cores the step needs
+    (one-core test-bed hosts: FSDP ×2's compute took 58–60 ms where one process takes 45), the
+    collectives' threads take that time from the step. 0 where not measured."""
+    step = probe.network_fsdp_step
+    beyond = _beyond_the_model(probe, step, "fsdp") if step is not None and probe.footprint is not None else None
+    gathered = probe.footprint.param_bytes * (1 - 1 / step.world_size) if beyond is not None else 0.0
+    return beyond / gathered if gathered > 0 else 0.0
 
 
 def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machinery: bool = True) -> Optional[dict]:
@@ -290,10 +317,14 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
         tp_comm = _tp_comm(probe, s, config, stage, per_process, 1)
     compute += recompute_seconds(config, c.fb_s * tp_share)
     # The machinery's own work (plan/overheads.py), on cores shared as the arithmetic's are:
-    # FSDP's copies and bookkeeping for the share held; tensor parallel's DTensor dispatch for
-    # every layer of the stage, however many ways each is split.
+    # FSDP's copies and bookkeeping for the share held, and across machines what its gathers
+    # took from the step there, for the bytes gathered across them; tensor parallel's DTensor
+    # dispatch for every layer of the stage, however many ways each is split. (`machinery`
+    # False: without the terms measured as a step's excess over this model.)
     if config.data_parallel == "fsdp":
         compute += probe.fsdp_overhead_s * stage_fraction * tp_share * s.oversubscription
+        if machinery and s.group(dims.dp_shard * dims.tp).nodes > 1:  # gathers across machines
+            compute += fsdp_network_seconds(probe) * held * (1 - 1 / dims.dp_shard) * s.oversubscription
     if dims.tp > 1 and machinery:
         compute += tp_machinery_seconds(probe) * stage_fraction * s.oversubscription
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]

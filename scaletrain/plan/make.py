@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .probe import DdpStep, Link, Probe, TpStep, cores_here, device_memory_bytes, measure_link, probe_from_jobs
+from .probe import DdpStep, Link, MeshStep, Probe, cores_here, device_memory_bytes, measure_link, probe_from_jobs
 from .scenario import Options, threads_needed
 
 PROBE_FILE = "probe.json"
@@ -96,7 +96,7 @@ class ProbeJobs:
         if self.tp_copies > 1:
             probe.tp_step = self._tp_step(folder)
         if self.hosts is not None:
-            probe.network_ddp_step = self._hosts_ddp_step(folder)
+            probe.network_ddp_step, probe.network_fsdp_step = self._hosts_steps(folder)
             probe.network = measure_link(network_sizes(jobs), len(self.hosts.hosts), self.spec.get("backend"),
                                          self.spec.get("device"), self.hosts)
         return probe
@@ -110,25 +110,27 @@ class ProbeJobs:
             raise RuntimeError(f"the plan's {what} failed (exit status {code}); its error is printed above")
         return json.loads(out.read_text())
 
-    def _tp_step(self, folder: Path) -> Optional[TpStep]:
+    def _tp_step(self, folder: Path) -> Optional[MeshStep]:
         """The tensor-parallel step on `tp_copies` processes sharing this machine's cores."""
         job = self._job(folder / f"tp-{PROBE_FILE}", 1, self.tp_copies, ["--tp-step-only"],
                         f"tensor-parallel probe job ({self.tp_copies} processes)")
-        return TpStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
+        return MeshStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
 
-    def _hosts_ddp_step(self, folder: Path) -> Optional[DdpStep]:
-        """DDP steps across the hosts, every slot of each, with and without their all-reduce:
-        what the all-reduce costs inside training there. Across machines part of it is the
-        network's time, which the cores could spend on backward; whether they do (a host whose
-        network stack needs the core its training runs on does not) is measured, not assumed."""
+    def _hosts_steps(self, folder: Path) -> tuple[Optional[DdpStep], Optional[MeshStep]]:
+        """DDP steps across the hosts, every slot of each, with and without their all-reduce
+        (what the all-reduce costs inside training there), then FSDP steps across them. Across
+        machines part of a collective is the network's time, which the cores could spend on
+        the step; whether they do (a host whose network stack needs the core its training runs
+        on does not) is measured, not assumed."""
         slots = self.hosts.slots
         threads = max(1, self.cores // slots)
         nproc = slots * len(self.hosts.hosts)
         job = self._job(folder / f"hosts-{PROBE_FILE}", threads, nproc, ["--steps-only"],
                         f"probe job across the hosts ({nproc} processes)", self.hosts)
-        if "ddp_step_s" not in job:
-            return None
-        return DdpStep(job["world_size"], threads, job["ddp_step_s"], job["step_s"])
+        ddp = DdpStep(job["world_size"], threads, job["ddp_step_s"], job["step_s"]) if "ddp_step_s" in job else None
+        fsdp = (MeshStep(job["world_size"], threads, job["fsdp_mesh_step_s"], slots)
+                if "fsdp_mesh_step_s" in job else None)
+        return ddp, fsdp
 
 
 def _bucket_sizes(jobs: dict) -> list[int]:

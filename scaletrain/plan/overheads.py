@@ -117,9 +117,10 @@ def same_batches(batches: Iterator, device: torch.device) -> Iterator:
 
 
 def fsdp_step_seconds(build_model: Callable[[], nn.Module], lr: float, batches: Iterator, loss_fn: Optional[Callable],
-                      device: torch.device, steps: int, warmup: int) -> Optional[float]:
-    """A step under fully_shard on a mesh of one (None: the model cannot be sharded)."""
-    return _prepared_step_seconds(_fsdp_prepare, build_model, lr, batches, loss_fn, device, steps, warmup)
+                      device: torch.device, steps: int, warmup: int, mesh_size: int = 1) -> Optional[float]:
+    """A step under fully_shard on a mesh of `mesh_size` processes (None: the model cannot be
+    sharded)."""
+    return _prepared_step_seconds(_fsdp_prepare, build_model, lr, batches, loss_fn, device, steps, warmup, mesh_size)
 
 
 def tp_step_seconds(build_model: Callable[[], nn.Module], lr: float, batches: Iterator, loss_fn: Optional[Callable],

@@ -91,12 +91,14 @@ class DdpStep:
 
 
 @dataclass(frozen=True)
-class TpStep:
-    """A real tensor-parallel step across the `world_size` processes × `threads` threads of the
-    probe's job of several processes on this machine, every rank fed the same batch (seconds)."""
+class MeshStep:
+    """A real step of a model prepared for a mesh (tensor parallel, every rank fed the same
+    batch; or FSDP) across the `world_size` processes × `threads` threads of a probe job:
+    `nproc_per_node` on each machine (0: all on this one). Seconds."""
     world_size: int
     threads: int
     step_s: float
+    nproc_per_node: int = 0
 
 
 @dataclass
@@ -137,8 +139,10 @@ class Probe:
     tp_overhead_s: float = 0.0
     """What tensor parallel's DTensors add to a step on one process: the one-process job's
     step with the model's tensor-parallel plan applied less its plain step (0: no plan)."""
-    tp_step: Optional[TpStep] = None
+    tp_step: Optional[MeshStep] = None
     """Measured where the model has a tensor-parallel plan and the job had several processes."""
+    network_fsdp_step: Optional[MeshStep] = None
+    """An FSDP step across the hosts measured (--hosts), every slot of each (None: one machine)."""
     network: Optional[Link] = None
     """The all-reduce between machines (one process on each), measured across --hosts; None:
     one machine measured, and the network is the nominal --link-gbps / --link-latency-us."""
@@ -177,7 +181,8 @@ def probe_from_dict(doc: dict) -> Probe:
                  network_ddp_step=DdpStep(**doc["network_ddp_step"]) if doc.get("network_ddp_step") else None,
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=doc.get("memory_peak_bytes", 0.0),
-                 tp_step=TpStep(**doc["tp_step"]) if doc.get("tp_step") else None)
+                 tp_step=MeshStep(**doc["tp_step"]) if doc.get("tp_step") else None,
+                 network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None)
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -193,7 +198,7 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
             link = link_from_rows(rows, f"all_reduce in the probe job, {rows[0]['world_size']} processes")
     ddp = next((DdpStep(j["world_size"], t, j["ddp_step_s"], j["step_s"]) for t, j in jobs.items()
                 if "ddp_step_s" in j), None)
-    tp = next((TpStep(j["world_size"], t, j["tp_mesh_step_s"]) for t, j in jobs.items() if "tp_mesh_step_s" in j), None)
+    tp = next((MeshStep(j["world_size"], t, j["tp_mesh_step_s"]) for t, j in jobs.items() if "tp_mesh_step_s" in j), None)
     return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
                  footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),

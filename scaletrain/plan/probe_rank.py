@@ -14,7 +14,9 @@ processes time the all-reduce alone, for a small message (latency) and for each 
 gradient buckets (bandwidth): the model for the process counts and links not measured.
 
 On one process the job also counts the model's bytes and times each top-level block
-(forward + backward) at the pipeline's micro-batch size and at the whole batch.
+(forward + backward) at the pipeline's micro-batch size and at the whole batch. Across the
+hosts of `--hosts` (`steps_only`) it times the steps alone — DDP's as above, then FSDP's —
+and the links in jobs of their own.
 """
 
 from __future__ import annotations
@@ -196,7 +198,14 @@ def measure_probe_round(spec: dict) -> dict:
                                           run.device, min(steps, spec["steps"]), spec["warmup"], run.world_size)
                 if seconds is not None:  # the ranks wait for each other at every layer: one figure
                     result["tp_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
-        elif run.world_size == 1:
+        elif run.world_size > 1:
+            # Across the hosts, an FSDP step too: its gathers and reduce-scatters cross the
+            # network, on cores the step needs (cost_models.fsdp_network_seconds).
+            seconds = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
+                                        min(steps, spec["steps"]), spec["warmup"], run.world_size)
+            if seconds is not None:
+                result["fsdp_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
+        else:
             result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
             for key, measure in (("fsdp_step_s", fsdp_step_seconds), ("tp_step_s", tp_step_seconds)):

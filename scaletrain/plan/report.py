@@ -7,7 +7,7 @@ from rich.table import Table
 
 from ..measure.console import table_console
 from ..measure.spread import Spread
-from .cost_models import tp_machinery_seconds
+from .cost_models import fsdp_network_seconds, tp_machinery_seconds
 from .predict import Prediction
 from .summary import key
 from .probe import Probe
@@ -41,6 +41,13 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
             lines.append(f"DDP step with its all-reduce{where}, {ddp.world_size} process(es) × {ddp.threads} thread(s): "
                          f"{ddp.step_s * 1e3:.1f} ms, {ddp.local_step_s * 1e3:.1f} ms without it in the same job: "
                          f"the all-reduce costs {ddp.exposed_comm_s * 1e3:.1f} ms inside a step")
+    if probe.network_fsdp_step is not None:
+        step = probe.network_fsdp_step
+        beyond = fsdp_network_seconds(probe) * fp.param_bytes * (1 - 1 / step.world_size)
+        lines.append(f"FSDP step across the hosts, {step.world_size} process(es) × {step.threads} thread(s): "
+                     f"{step.step_s * 1e3:.1f} ms, of which {beyond * 1e3:.1f} ms (for a process with a core of its "
+                     "own) beyond the prediction from its collectives timed alone (added, for the bytes each process "
+                     "gathers across the machines, to every FSDP configuration sharded across them)")
     link = probe.link
     if link is not None:
         lines.append(f"all_reduce: bus bandwidth {link.busbw / 1e9:.2f} GB/s, latency {link.alpha_s * 1e6:.0f} µs "

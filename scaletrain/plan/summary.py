@@ -63,12 +63,12 @@ def median_probe(probes: list[Probe]) -> Probe:
                     scatter_ratio=statistics.median(p.link.scatter_ratio for p in probes))
     steps = {name: _median_step(probes, name, times) for name, times in
              (("ddp_step", ("step_s", "local_step_s")), ("network_ddp_step", ("step_s", "local_step_s")),
-              ("tp_step", ("step_s",)))}
+              ("tp_step", ("step_s",)), ("network_fsdp_step", ("step_s",)))}
     return replace(first, compute=compute, link=link, **steps)
 
 
 def _median_step(probes: list[Probe], name: str, times: tuple):
-    """The rounds' measured step `name` (DdpStep, TpStep) with each of its `times` the median over
+    """The rounds' measured step `name` (DdpStep, MeshStep) with each of its `times` the median over
     them; the first round's where some round has none."""
     first = getattr(probes[0], name)
     if first is None or any(getattr(p, name) is None for p in probes):
