@@ -1,10 +1,12 @@
 """Multi-host predictions against multi-host measurements, on the test bed's two hosts.
 
-    sudo python benchmarks/multihost_check.py [--links 10gbit,1gbit,200mbit] [--runs 3] [--budget 120]
+    sudo python benchmarks/multihost_check.py [--links 10gbit,1gbit,1gbit+2ms] [--runs 3] [--budget 120]
 
 Brings up the two namespace hosts of testbed/netns.sh (10.77.0.1, 10.77.0.2), gives each a core
 of its own (`netns.sh pin on`: two hosts that share the cores would compete as no two
-machines do), and for every link setting (`netns.sh shape RATE`) runs, from host 10.77.0.1,
+machines do), and for every link setting (`netns.sh shape RATE [DELAY]`: a rate, and with
+RATE+DELAY that one-way delay too, by tc netem or, on kernels without it, the test bed's delay
+line) runs, from host 10.77.0.1,
 `--runs` times:
 
   scaletrain bench --hosts 10.77.0.1:1,10.77.0.2:1 --strategy ddp,fsdp,pipeline
@@ -106,8 +108,8 @@ def network_of(doc: dict) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--links", default="10gbit,1gbit,200mbit", help="tc rates, comma-separated (default "
-                   "10gbit,1gbit,200mbit)")
+    p.add_argument("--links", default="10gbit,1gbit,200mbit", help="tc rates, comma-separated, each with a "
+                   "one-way delay after a + if wanted: 1gbit+2ms (default 10gbit,1gbit,200mbit)")
     p.add_argument("--suites", default=",".join(SUITES), help=f"of {', '.join(SUITES)} (default both)")
     p.add_argument("--runs", type=int, default=3, help="bench runs per link and suite (default 3)")
     p.add_argument("--budget", type=float, default=120, help="each bench's --budget, seconds (default 120)")
@@ -132,7 +134,7 @@ def main() -> int:
         try:
             netns("pin", "on")
             for link in args.links.split(","):
-                netns("shape", link)
+                netns("shape", *link.split("+"))  # RATE or RATE+DELAY (each way)
                 for i in range(args.runs):
                     for suite in args.suites.split(","):
                         doc = bench(SUITES[suite], folder / f"{link}-{suite}-{i}", args.budget)

@@ -20,11 +20,17 @@
 #   testbed/netns.sh link-down        # set node1's stnet0 down (simulate a cut cable)
 #   testbed/netns.sh link-up          # set it up again
 #   testbed/netns.sh shape RATE [DELAY] # cap the link at RATE each way (tc tbf; e.g. 1gbit, 10gbit),
-#                                     # and add DELAY each way (tc netem, e.g. 500us) where the kernel has it
-#   testbed/netns.sh unshape          # remove the cap (veth runs at memory-copy speed)
+#                                     # and add DELAY each way (e.g. 500us, 2ms): tc netem where the
+#                                     # kernel has it, else a delay line (see below)
+#   testbed/netns.sh unshape          # remove the cap and the delay (veth runs at memory-copy speed)
 #   testbed/netns.sh pin on|off       # on: each "host" gets one core of its own (st-node0 core 0,
 #                                     # st-node1 core 1; taskset in `exec` and mpi-ssh-agent), so that
 #                                     # two hosts compute like two machines instead of sharing the cores
+#
+# The delay line, for kernels without netem: each host's stnet0 becomes a TUN device with the
+# same address (the veth end, renamed stveth0, is set down), and testbed/delay_line.py, a
+# process of the root namespace, carries every packet from one to the other DELAY later.
+# `shape RATE` without DELAY, `unshape` and `down` put the veth pair back.
 #
 # Note: inside a namespace the machine's hostname still resolves to 127.0.x.x
 # (via /etc/hosts), so distributed code must be told which interface/address to
@@ -41,6 +47,9 @@ PREFIX=24
 # (must be unique there; renamed to $IFNAME once moved into a namespace).
 TMP0=st-veth0
 TMP1=st-veth1
+VETH_ASIDE=stveth0       # the veth end's name while the delay line's TUN device is stnet0
+DELAY_PID=/tmp/scaletrain-delay-line.pid
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 die() { echo "netns.sh: $*" >&2; exit 1; }
 
@@ -72,6 +81,7 @@ kill_ns_procs() {
 
 do_down() {
     local ns
+    stop_delay_line
     for ns in "$NS0" "$NS1"; do
         kill_ns_procs "$ns"
         # Deleting a namespace destroys the veth end inside it (and thus its peer).
@@ -160,16 +170,73 @@ burst_for() {
     echo $((burst > 98304 ? burst : 98304))
 }
 
+stop_delay_line() {
+    if [[ -f $DELAY_PID ]]; then
+        kill "$(cat "$DELAY_PID")" 2>/dev/null || true
+        rm -f "$DELAY_PID"
+    fi
+}
+
+# The veth pair as stnet0 again (after a delay line).
+veth_back() {
+    local ns
+    stop_delay_line
+    for ns in "$NS0" "$NS1"; do
+        ns_exists "$ns" || continue
+        ip -n "$ns" link show "$VETH_ASIDE" >/dev/null 2>&1 || continue
+        ip -n "$ns" link del "$IFNAME" 2>/dev/null || true
+        ip -n "$ns" link set "$VETH_ASIDE" name "$IFNAME"
+        ip -n "$ns" link set "$IFNAME" up
+    done
+}
+
+# stnet0 as a TUN device on each host, joined by testbed/delay_line.py DELAY later.
+delay_line() {
+    local delay=$1 ns addr i
+    command -v python3 >/dev/null || die "the delay line needs python3"
+    [[ -c /dev/net/tun ]] || die "no /dev/net/tun: this kernel can add no delay (no netem, no TUN); shape without DELAY"
+    veth_back
+    for spec in "$NS0 $ADDR0" "$NS1 $ADDR1"; do
+        read -r ns addr <<<"$spec"
+        ip -n "$ns" link set "$IFNAME" down
+        ip -n "$ns" link set "$IFNAME" name "$VETH_ASIDE"
+        ip -n "$ns" tuntap add dev "$IFNAME" mode tun
+        ip -n "$ns" link set "$IFNAME" mtu 65000
+        ip -n "$ns" addr add "$addr/$PREFIX" dev "$IFNAME"
+        ip -n "$ns" link set "$IFNAME" up
+    done
+    setsid python3 "$HERE/delay_line.py" "$delay" "$NS0" "$NS1" "$IFNAME" </dev/null >/tmp/scaletrain-delay-line.log 2>&1 &
+    echo $! >"$DELAY_PID"
+    # Bounded wait (~5 s) for both TUN devices to have their carrier (the delay line holds them).
+    for i in $(seq 1 50); do
+        if ip -n "$NS0" link show "$IFNAME" | grep -q LOWER_UP && ip -n "$NS1" link show "$IFNAME" | grep -q LOWER_UP; then
+            return 0
+        fi
+        kill -0 "$(cat "$DELAY_PID")" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat /tmp/scaletrain-delay-line.log >&2
+    veth_back
+    die "the delay line did not start (its output is above)"
+}
+
 shape_link() {
     local ns rate=$1 delay=${2:-} burst
     burst=$(burst_for "$rate")
     for ns in "$NS0" "$NS1"; do
         ns_exists "$ns" || die "$ns does not exist (run: $0 up)"
+    done
+    veth_back
+    if [[ -n $delay ]] && ! ip netns exec "$NS0" tc qdisc add dev "$IFNAME" root handle 1: netem delay "$delay" 2>/dev/null; then
+        delay_line "$delay"   # no netem here: the delay in a process of its own, the rate by tbf as below
+        delay=
+    fi
+    ip netns exec "$NS0" tc qdisc del dev "$IFNAME" root 2>/dev/null || true
+    for ns in "$NS0" "$NS1"; do
         ip netns exec "$ns" tc qdisc del dev "$IFNAME" root 2>/dev/null || true
         if [[ -n $delay ]]; then
             # netem delays every packet; tbf under it caps the rate.
-            ip netns exec "$ns" tc qdisc add dev "$IFNAME" root handle 1: netem delay "$delay" 2>/dev/null \
-                || die "tc could not add a delay of '$delay': this kernel has no netem queueing discipline (sch_netem); shape without DELAY"
+            ip netns exec "$ns" tc qdisc add dev "$IFNAME" root handle 1: netem delay "$delay"
             ip netns exec "$ns" tc qdisc add dev "$IFNAME" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency 100ms \
                 || die "tc refused rate '$rate' (use a tc rate such as 1gbit, 2500mbit or 10gbit)"
         else
@@ -200,6 +267,7 @@ pin() {
 
 unshape_link() {
     local ns
+    veth_back
     for ns in "$NS0" "$NS1"; do
         ns_exists "$ns" && ip netns exec "$ns" tc qdisc del dev "$IFNAME" root 2>/dev/null || true
     done

@@ -17,18 +17,24 @@ def resolve_auto(args: argparse.Namespace, nproc: int) -> list[str]:
     """Sets `args.strategy` and the chosen options on `args`; returns the lines that say why."""
     from ..devices import choose_device
     from ..plan.choose import choose
-    from .plan_cmd import measured_probes, options_from_args
+    from .plan_cmd import hosts_for, measured_probes, options_from_args
 
     device = choose_device(None if args.device == "auto" else args.device, 0)
     world = nproc * (args.nnodes or 1)
     probe_args = argparse.Namespace(**{**vars(args), **PROBE, "overlap": None, "link_gbps": 10.0,
                                        "link_latency_us": 20.0, "device_memory_gb": getattr(args, "device_memory_gb",
                                                                                          None),
-                                       "nproc_per_node": nproc, "microbatches": None, "devices_per_process": None})
+                                       "world_sizes": None, "microbatches": None, "devices_per_process": None})
+    # Across --hosts the choice is measured as `plan --choose --hosts` measures it: jobs across
+    # them, the network between them timed; every slot of each host trains.
+    hosts = hosts_for(probe_args, None)
+    if hosts is not None:
+        world = hosts.world_size
+    else:
+        probe_args.nproc_per_node = nproc
     options = options_from_args(probe_args, device.type)
     probes = measured_probes(probe_args, args.workload if not args.model else f"{args.workload} + {args.model}",
-                             world, options, device.type,
-                             say=lambda text: print(text, flush=True))
+                             world, options, device.type, say=lambda text: print(text, flush=True), hosts=hosts)
     choice = choose(probes, world, args.batch_size, options)
     if choice.chosen is None:
         raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "
