@@ -81,12 +81,25 @@ def mpi_env():
     return child_env(OMPI_MCA_plm_rsh_agent=AGENT)  # Open MPI's "ssh" into the other namespace
 
 
-def test_mpirun_across_two_hosts(clean_hosts, tmp_path):
-    result, left = run_session(scaletrain_on(0, *TRAIN, "--launcher", "mpirun", "--hosts", "10.77.0.1:1,10.77.0.2:1",
-                                             "--out", str(tmp_path / "run")), timeout=200, env=mpi_env())
-    assert result.returncode == 0, result.stderr
+def test_mpirun_across_two_hosts_with_the_strategy_chosen_there(clean_hosts, tmp_path):
+    """`train --strategy auto --hosts`: the choice is measured across the hosts (the network
+    between them, DDP and FSDP steps across them), then trained there by mpirun."""
+    env = {**mpi_env(), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result, left = run_session(scaletrain_on(0, "train", "--strategy", "auto", "--workload", "digits-mlp",
+                                             "--batch-size", "64", "--max-steps", "10", "--launcher", "mpirun",
+                                             "--max-other-load", "64",
+                                             "--hosts", "10.77.0.1:1,10.77.0.2:1", "--out", str(tmp_path / "run")),
+                               timeout=400, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not left
+    assert "scaletrain: Chosen: " in result.stdout
     assert_two_node_summary(tmp_path / "run", "mpirun")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["strategy"] != "auto" and summary["auto_choice"].startswith("Chosen: ")
+    (cached,) = (tmp_path / "cache" / "scaletrain" / "probes").glob("*.json")
+    for probe in json.loads(cached.read_text())["probes"]:
+        assert "one on each of 10.77.0.1, 10.77.0.2" in probe["network"]["source"]
+        assert probe["network_ddp_step"]["world_size"] == 2 and probe["network_fsdp_step"]["step_s"] > 0
 
 
 def test_mpirun_failure_on_the_other_host(clean_hosts):

@@ -9,8 +9,7 @@ import argparse
 from ..errors import UsageError
 
 #: A choice's measurement: short, since the decision is a small part of a run.
-PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "probe_rounds": 2, "budget": 60.0, "max_error": 0.5,
-         "max_other_load": 0.25}
+PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "probe_rounds": 2, "budget": 60.0, "max_error": 0.5}
 
 
 def resolve_auto(args: argparse.Namespace, nproc: int) -> list[str]:

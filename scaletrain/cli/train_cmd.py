@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import netif
 from ..backends import choose_backend
+from ..defaults import BENCH_MAX_OTHER_CORES
 from ..devices import choose_device, cpu_cores
 from ..environment import detect
 from ..errors import UsageError
@@ -55,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"auto (a short measurement, every configuration that fits predicted, the fastest chosen). "
                         f"Default: ddp, or what the degrees given imply (--pp: pipeline; --dp-shard or --dp-replicate: "
                         f"fsdp; --tp: tp)")
+    p.add_argument("--max-other-load", type=positive_float, default=BENCH_MAX_OTHER_CORES, metavar="CORES",
+                   help="with --strategy auto: a round of its measurement during which other processes kept more "
+                        f"than this many cores busy is left out and run again (default {BENCH_MAX_OTHER_CORES:g})")
     p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
                    help="built-in workload: " + "; ".join(f"{w.name}: {w.description}" for w in BUILTIN.values()))
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
