@@ -56,9 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"auto (a short measurement, every configuration that fits predicted, the fastest chosen). "
                         f"Default: ddp, or what the degrees given imply (--pp: pipeline; --dp-shard or --dp-replicate: "
                         f"fsdp; --tp: tp)")
-    p.add_argument("--max-other-load", type=positive_float, default=BENCH_MAX_OTHER_CORES, metavar="CORES",
-                   help="with --strategy auto: a round of its measurement during which other processes kept more "
-                        f"than this many cores busy is left out and run again (default {BENCH_MAX_OTHER_CORES:g})")
     p.add_argument("--workload", default="digits-cnn", choices=list(BUILTIN), metavar="NAME",
                    help="built-in workload: " + "; ".join(f"{w.name}: {w.description}" for w in BUILTIN.values()))
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
@@ -87,6 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, help="CPU threads per process (default: cores ÷ processes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
     p.add_argument("--auto-choice", help=argparse.SUPPRESS)  # why --strategy auto chose what this run trains
+    p.add_argument("--max-other-load", type=positive_float, default=BENCH_MAX_OTHER_CORES, metavar="CORES",
+                   help="with --strategy auto: a round of its measurement during which other processes kept more "
+                        f"than this many cores busy is left out and run again (default {BENCH_MAX_OTHER_CORES:g})")
     add_launch_arguments(p, "one per GPU, else one per CPU core; 1 for one-process strategies")
     add_fault_arguments(p)
     add_strategy_arguments(p)

@@ -104,6 +104,16 @@ def _one_transfer(probe: Probe, s: Scenario, microbatches: int, groups: Optional
     return size / s.busbw(size) + s.alpha_s
 
 
+def _boundary_latencies(s: Scenario, dims) -> list[float]:
+    """The latency between each pair of consecutive pipeline stages: the network's where they
+    are on different machines (the pipeline is the mesh's outermost dimension, so a stage's
+    processes are consecutive ranks), this machine's otherwise."""
+    ranks = s.world_size // dims.pp
+    local = s.link.alpha_s if s.link else 0.0
+    return [s.alpha_s if (j * ranks) // s.nproc_per_node != ((j + 1) * ranks) // s.nproc_per_node else local
+            for j in range(dims.pp - 1)]
+
+
 def _mp_part(probe: Probe, s: Scenario, o: Options, threads: int) -> Optional[dict]:
     """One process whose model is cut into K parts on K devices. On GPUs the parts work at
     once on different micro-batches (the strategy's default is 1 micro-batch: none overlap);
@@ -303,6 +313,11 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
         else:  # 1F1B: the stages around the slowest one overlap with it (StageCosts.one_f_one_b)
             busy, transfer = costs.one_f_one_b(m, one)
             busy -= transfer
+            if s.nodes > 1:
+                # Across machines the latency is milliseconds, and each transfer waits for its
+                # receiver to post its receive: played out (schedule_sim) rather than counted
+                # once each way (a boundary inside a machine keeps this machine's latency).
+                transfer = costs.waited_transfers(m, _boundary_latencies(s, dims), one - s.alpha_s)
         # Each stage steps its own share of the state, and a later stage's step overlaps the
         # backwards still running before it (StageCosts.optimizer_tail).
         held_share = state_share / stage_fraction if stage_fraction else 0.0

@@ -66,6 +66,16 @@ class StageCosts:
         total = step(transfer_s)
         return total, total - step(0.0)
 
+    def waited_transfers(self, microbatches: int, latency_s: list[float], data_s: float) -> float:
+        """What a step's transfers add under 1F1B when each waits for its receiver
+        (schedule_sim): the step played out with them, less the step played out without."""
+        from .schedule_sim import one_f_one_b_seconds
+
+        forward = [FORWARD_SHARE * c for c in self.per_microbatch_s]
+        backward = [c - f for c, f in zip(self.per_microbatch_s, forward)]
+        without = one_f_one_b_seconds(forward, backward, microbatches, [0.0] * len(latency_s), 0.0)
+        return max(0.0, one_f_one_b_seconds(forward, backward, microbatches, latency_s, data_s) - without)
+
     def optimizer_tail(self, share: float = 1.0, transfer_s: float = 0.0) -> float:
         """What the stages' optimizer steps add to a step: the first stage finishes last (its
         backward of the last micro-batch follows every later stage's), so a later stage steps
