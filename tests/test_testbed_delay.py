@@ -4,12 +4,18 @@ were, and `unshape` puts the veth pair back."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import free_port
 from tests.test_fault_netns import NETNS, netns, pytestmark, two_hosts  # noqa: F401 - the fixture and the skip
+
+pytestmark = [pytestmark, pytest.mark.skipif(not os.path.exists("/dev/net/tun"),
+                                             reason="no /dev/net/tun: this kernel cannot run the delay line")]
 
 ECHO = """
 import socket, sys
