@@ -35,3 +35,13 @@ def test_auto_chooses_trains_and_remembers(tmp_path):
     tight = scaletrain("plan", "--choose", "--workload", "digits-mlp", "--world-sizes", "2", "--nproc-per-node", "2",
                        "--device-memory-gb", "0.001", env=env, timeout=60)
     assert tight.returncode == 1 and "fits the memory" in tight.stdout  # nothing fits 1 MB: said, not chosen
+
+
+def test_auto_on_several_nodes_without_hosts_is_refused_in_one_line(tmp_path):
+    # torchrun's nodes each run the command: each would choose on its own, perhaps apart
+    done = scaletrain("train", "--strategy", "auto", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint",
+                      "127.0.0.1:29555", "--workload", "digits-mlp", "--out", str(tmp_path / "run"), timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [line for line in done.stderr.strip().splitlines()
+                                                if line.startswith("scaletrain: error: --strategy auto with --nnodes 2")]
+    assert "--hosts" in done.stderr and not (tmp_path / "run").exists()

@@ -27,6 +27,11 @@ def resolve_auto(args: argparse.Namespace, nproc: int) -> list[str]:
     # Across --hosts the choice is measured as `plan --choose --hosts` measures it: jobs across
     # them, the network between them timed; every slot of each host trains.
     hosts = hosts_for(probe_args, None)
+    if hosts is None and (args.nnodes or 1) > 1:
+        # Every node's command would measure and choose on its own, and might choose apart.
+        raise UsageError(f"--strategy auto with --nnodes {args.nnodes}: each node would choose on its own; give the "
+                         "machines with --hosts A:N,B:N (mpirun, one choice measured across them), or choose once with "
+                         "`scaletrain plan --choose --hosts …` and pass its strategy and degrees to every node")
     if hosts is not None:
         world = hosts.world_size
     else:
