@@ -4,7 +4,8 @@ for their receiver: what the stage boundaries' latency costs where it is millise
 torch's schedule posts each receive just before the stage needs the message, and Gloo sends a
 point-to-point message only once its receiver has posted the receive. A transfer posted by
 its sender at `sent` and by its receiver at `posted` therefore arrives at
-max(sent, posted + L) + L + bytes/bandwidth, L being the link's latency — which on a link of
+max(sent, posted + L) + L + bytes/bandwidth, L being the link's latency as the probe measures
+it (α, a ring step's: on Gloo a message and its receiver's notice) — which on a link of
 milliseconds (the test bed's hosts with 2 ms each way: 48–49 ms a step measured against
 37–42 predicted from one transfer each way) is most of what a pipeline across machines waits
 for. `StageCosts.one_f_one_b`'s closed form counts one transfer each way per micro-batch

@@ -14,6 +14,7 @@ from typing import Optional
 
 from ..parallel.splitting import balanced_cuts
 from .probe import Compute, Probe
+from .schedule_sim import one_f_one_b_seconds
 
 
 def stage_groups(block_params: tuple, stages: int) -> Optional[list[list[int]]]:
@@ -69,8 +70,6 @@ class StageCosts:
     def waited_transfers(self, microbatches: int, latency_s: list[float], data_s: float) -> float:
         """What a step's transfers add under 1F1B when each waits for its receiver
         (schedule_sim): the step played out with them, less the step played out without."""
-        from .schedule_sim import one_f_one_b_seconds
-
         forward = [FORWARD_SHARE * c for c in self.per_microbatch_s]
         backward = [c - f for c, f in zip(self.per_microbatch_s, forward)]
         without = one_f_one_b_seconds(forward, backward, microbatches, [0.0] * len(latency_s), 0.0)
