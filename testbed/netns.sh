@@ -190,12 +190,12 @@ veth_back() {
     done
 }
 
-# stnet0 as a TUN device on each host, joined by testbed/delay_line.py DELAY later.
+# stnet0 as a TUN device on each host, joined by testbed/delay_line.py DELAY later (the veth
+# pair as stnet0 when called: shape_link puts it back first).
 delay_line() {
     local delay=$1 ns addr i
     command -v python3 >/dev/null || die "the delay line needs python3"
     [[ -c /dev/net/tun ]] || die "no /dev/net/tun: this kernel can add no delay (no netem, no TUN); shape without DELAY"
-    veth_back
     for spec in "$NS0 $ADDR0" "$NS1 $ADDR1"; do
         read -r ns addr <<<"$spec"
         ip -n "$ns" link set "$IFNAME" down
@@ -231,7 +231,6 @@ shape_link() {
         delay_line "$delay"   # no netem here: the delay in a process of its own, the rate by tbf as below
         delay=
     fi
-    ip netns exec "$NS0" tc qdisc del dev "$IFNAME" root 2>/dev/null || true
     for ns in "$NS0" "$NS1"; do
         ip netns exec "$ns" tc qdisc del dev "$IFNAME" root 2>/dev/null || true
         if [[ -n $delay ]]; then

@@ -83,6 +83,11 @@ def _slowest_per_step(walls: list[float], device: torch.device) -> list[float]:
     return tensor.tolist()
 
 
+def _mean_over_ranks(run, seconds: float) -> float:
+    """One figure for a step every rank timed (they wait for each other inside it)."""
+    return run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
+
+
 def _block_values(values: list[float], per_block: int, skip_first: bool) -> list[float]:
     """`values` of consecutive blocks of `per_block` steps, the first of each block left out."""
     return [v for i, v in enumerate(values) if not (skip_first and i % per_block == 0)]
@@ -124,7 +129,7 @@ def measure_tp_round(spec: dict) -> dict:
         if seconds is None:
             return {}
         return {"world_size": run.world_size, "threads": run.threads,
-                "tp_mesh_step_s": run.mean(torch.tensor([seconds], dtype=torch.float64)).item()}
+                "tp_mesh_step_s": _mean_over_ranks(run, seconds)}
 
 
 def measure_probe_round(spec: dict) -> dict:
@@ -197,14 +202,14 @@ def measure_probe_round(spec: dict) -> dict:
                 seconds = tp_step_seconds(workload.build_model, workload.lr, same_batches(batches, run.device), loss_fn,
                                           run.device, min(steps, spec["steps"]), spec["warmup"], run.world_size)
                 if seconds is not None:  # the ranks wait for each other at every layer: one figure
-                    result["tp_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
+                    result["tp_mesh_step_s"] = _mean_over_ranks(run, seconds)
         elif run.world_size > 1:
             # Across the hosts, an FSDP step too: its gathers and reduce-scatters cross the
             # network, on cores the step needs (cost_models.fsdp_network_seconds).
             seconds = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
                                         min(steps, spec["steps"]), spec["warmup"], run.world_size)
             if seconds is not None:
-                result["fsdp_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
+                result["fsdp_mesh_step_s"] = _mean_over_ranks(run, seconds)
         else:
             result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
