@@ -78,6 +78,7 @@ class Run(RunCollectives):
         # fp16's loss scaling; where processes hold different gradients, they agree on overflow.
         self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
         self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
+        self._meta_built = None  # what that build did to every tensor (parallel/init_trace.py)
         self.memory = MemoryMeter(ctx.device)  # made again once the process group is up (init)
 
     # -- who am I -----------------------------------------------------------------------
@@ -123,6 +124,10 @@ class Run(RunCollectives):
         if any(model is p.model or model is p.module for p in self._prepared.values()):
             raise UsageError("run.setup was already called on this model: call it once per model and keep using "
                              "what it returned (model, optimizer = run.setup(model, optimizer))")
+        if init_fn is None and (why := self.meta_init_difference(model)):
+            raise UsageError(f"the model built in run.meta_device() would not start from the weights of an ordinary "
+                             f"build: {why}; build it on a real device (outside run.meta_device()), or pass "
+                             "init_fn=fn(module) to run.setup to initialise it your way")
         prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
         self.scaler.sharded = self.topology.gradients_differ  # a strategy may settle its dimensions here (auto)
         self._prepared[id(prepared.model)] = prepared
@@ -151,13 +156,25 @@ class Run(RunCollectives):
             if self._meta_rng is None:
                 self._meta_rng = torch.get_rng_state()
 
+        from .parallel.init_trace import recording
+
         self._meta_rng = None
         hook = torch.nn.modules.module.register_module_parameter_registration_hook(first_parameter)
         try:
-            with torch.device("meta"):
+            # Recorded (meta kernels only), so that setup can tell whether replaying the
+            # modules' initialisation reproduces this build (parallel/meta_check.py).
+            with torch.device("meta"), recording() as self._meta_built:
                 yield
         finally:
             hook.remove()
+
+    def meta_init_difference(self, model: nn.Module) -> Optional[str]:
+        """For a model built inside `meta_device()`: None when `setup` will give it exactly the
+        weights an ordinary build would have; else why not, in words (a buffer computed in a
+        constructor, an initialisation of the constructor's own, weights tied after both drew)."""
+        from .parallel.meta_check import meta_build_difference
+
+        return meta_build_difference(model, self._meta_built)
 
     def prepared(self, model: nn.Module, training: bool = True) -> Prepared:
         """The strategy's per-run state for a model that `setup` returned. A model never

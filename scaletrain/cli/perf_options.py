@@ -27,7 +27,9 @@ def add_memory_arguments(p: argparse.ArgumentParser) -> None:
                    help="build the model on the meta device (no memory) and give each process only its share: "
                         "always, never, or auto (default: where no process holds the whole model, such as fsdp, "
                         "tp and pipeline, and the model's modules can initialise themselves: reset_parameters or a "
-                        "Hugging Face model); the weights are those of an ordinary build from the same seed")
+                        "Hugging Face model); the weights are those of an ordinary build from the same seed — where "
+                        "replaying the modules' initialisation would not give them (a buffer or an init of the "
+                        "constructor's own), the model is built whole, with a line saying why")
     add_steady_memory_argument(g)
 
 

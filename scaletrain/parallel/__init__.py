@@ -76,6 +76,12 @@ def parallelize(config: ParallelConfig, model: nn.Module, optimizer: Optional[to
     part = ModelPart(module=model, model=model)
     for parallelism in PARALLELISMS:
         if parallelism.enabled(config):
+            # A parallelism that reads the weights as it applies (DDP checks and broadcasts
+            # them) gets them materialised first; the others work on the meta device's shapes.
+            if on_meta and getattr(parallelism, "needs_values", lambda _config: False)(config):
+                materialise(model, part.module, config.topology.ctx.device, meta_rng, init_fn)
+                part.banner.append("meta-device initialisation: each process initialised the whole model")
+                on_meta = False
             parallelism.apply(part, config)
     if on_meta:
         materialise(model, part.module, config.topology.ctx.device, meta_rng, init_fn)

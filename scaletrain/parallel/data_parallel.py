@@ -43,6 +43,11 @@ class DataParallel:
     def enabled(self, config: ParallelConfig) -> bool:
         return config.data_parallel is not None
 
+    def needs_values(self, config: ParallelConfig) -> bool:
+        """DDP compares and broadcasts the weights it wraps: a model built on the meta device
+        is materialised before (whole: every DDP process holds all of it)."""
+        return config.data_parallel == "ddp"
+
     def apply(self, part: ModelPart, config: ParallelConfig) -> None:
         if config.data_parallel == "ddp":
             _apply_ddp(part, config)

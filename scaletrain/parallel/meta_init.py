@@ -100,13 +100,39 @@ def _keep_share(values: dict) -> None:
                 real.to_local().copy_(share.to_local())
 
 
+def _to_empty_keeping_ties(model: nn.Module, device: torch.device) -> None:
+    """`model.to_empty(device)`, with parameters shared by several modules (tied weights)
+    still shared afterwards: from the meta device, to_empty gives each module a new tensor of
+    its own, which would untie them."""
+    shared: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                shared.setdefault(id(param), []).append((module, name))
+    model.to_empty(device=device)
+    for places in shared.values():
+        first_module, first_name = places[0]
+        for module, name in places[1:]:
+            module._parameters[name] = first_module._parameters[first_name]
+
+
+def forget_hf_initialised(model: nn.Module) -> None:
+    """Hugging Face's marks of modules already initialised (set by a build that skipped its
+    init on meta, or by a replay): the replay starts without them, as an ordinary build does."""
+    for module in model.modules():
+        if getattr(module, "_is_hf_initialized", False):
+            del module._is_hf_initialized
+
+
 class Replay:
     """Runs the model's own initialisation again, module by module, in the order an ordinary
     build draws its random numbers."""
 
-    def __init__(self, work_device: torch.device, init_fn: Optional[Callable] = None):
+    def __init__(self, work_device: torch.device, init_fn: Optional[Callable] = None,
+                 keep: Callable[[dict], None] = _keep_share):
         self.device = work_device
         self.init_fn = init_fn
+        self.keep = keep  # what becomes of each module's initialised tensors (meta_check: nothing but a record)
         self.initialised: set[int] = set()
 
     def run(self, module: nn.Module) -> None:
@@ -133,7 +159,7 @@ class Replay:
         with _whole(module, self.device) as values:
             with torch.no_grad():
                 init(module)
-            _keep_share(values)
+            self.keep(values)
         self.initialised.add(id(module))
 
 
@@ -149,10 +175,8 @@ def materialise(whole_model: nn.Module, local: nn.Module, device: torch.device, 
         raise UsageError(f"the model was built on the meta device, but {shown} has tensors of its own and no "
                          "reset_parameters() to initialise them; give the module a reset_parameters(), pass "
                          "init_fn=fn(module) to run.setup, or build the model on a real device")
-    for module in whole_model.modules():
-        if getattr(module, "_is_hf_initialized", False):  # set by a build that skipped its init on meta
-            del module._is_hf_initialized
-    local.to_empty(device=device)
+    forget_hf_initialised(whole_model)
+    _to_empty_keeping_ties(local, device)
     if rng_state is not None:
         torch.set_rng_state(rng_state)
     Replay(torch.device("cpu"), init_fn).run(whole_model)

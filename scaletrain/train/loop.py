@@ -150,14 +150,22 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
 
 def build_model(run, workload, meta_init: str):
     """The workload's model: on the meta device where the run shards it (no process holds it
-    whole: each materialises its own share at setup) and the model's own code can initialise
-    it there, else whole. `meta_init`: auto, always or never."""
+    whole: each materialises its own share at setup) and replaying its modules' own
+    initialisation there gives exactly the weights of an ordinary build, else whole.
+    `meta_init`: auto, always or never. An ordinary build after a meta one draws the same
+    numbers: none were drawn on meta."""
     if meta_init == "never" or (meta_init == "auto" and not run.topology.shards_state):
         return workload.build_model()
     with run.meta_device():
         model = workload.build_model()
     if meta_init == "auto" and uninitialisable(model):
-        return workload.build_model()  # an ordinary build draws the same numbers: none were drawn on meta
+        return workload.build_model()
+    why = run.meta_init_difference(model)
+    if why:  # the replay would change what trains: build it the ordinary way
+        if run.is_main:
+            print(f"scaletrain: meta-device initialisation not used: {why}; each process builds the whole model, "
+                  "then keeps its share", flush=True)
+        return workload.build_model()
     return model
 
 
