@@ -98,12 +98,14 @@ def main(argv=None) -> int:
                         choose(workload, world, budget, Path(tmp) / f"{workload}-{world}-tight.json")
                     search_s = 0.0
                     print(f"  {workload} ×{world}: {len(doc['candidates'])} candidate(s)", flush=True)
-                    for strategy, options in [(c["strategy"], c["options"]) for c in doc["candidates"]]:
-                        key = (strategy, json.dumps(options, sort_keys=True))
+                    # Every world size up to `world` is a candidate (one process first).
+                    for strategy, options, n in [(c["strategy"], c["options"], c["world_size"])
+                                                 for c in doc["candidates"]]:
+                        key = (strategy, json.dumps(options, sort_keys=True), n)
                         if key not in measured:
                             folder = Path(tmp) / f"{workload}-{world}-{len(measured)}"
                             try:
-                                measured[key] = measure(workload, world, strategy, options, args.steps, folder)
+                                measured[key] = measure(workload, n, strategy, options, args.steps, folder)
                             except RuntimeError as exc:
                                 measured[key] = (0.0, float("inf"), 0.0)  # could not run: not a candidate
                                 why = str(exc).strip().splitlines()[-1][:200]
@@ -113,7 +115,8 @@ def main(argv=None) -> int:
                     fitting = {k: v for k, v in measured.items() if v[1] <= limit and v[0] > 0}
                     best_key = max(fitting, key=lambda k: fitting[k][0]) if fitting else None
                     chose = doc["chosen"]
-                    chose_key = (chose["strategy"], json.dumps(chose["options"], sort_keys=True)) if chose else None
+                    chose_key = (chose["strategy"], json.dumps(chose["options"], sort_keys=True),
+                                 chose["world_size"]) if chose else None
                     mine = measured.get(chose_key, (0.0,))[0] if chose_key else 0.0
                     best = fitting[best_key][0] if best_key else 0.0
                     ratio = mine / best if best else 0.0
@@ -124,7 +127,7 @@ def main(argv=None) -> int:
                     right += fits and ratio >= 0.9
                     decided += seconds
                     searched += search_s
-                    label = lambda k: f"{k[0]} {k[1]}" if k else "—"  # noqa: E731
+                    label = lambda k: f"{k[0]} ×{k[2]} {k[1]}" if k else "—"  # noqa: E731
                     row = (f"| {workload} | {world} | {'none' if budget is None else f'{budget:.2f} GB'} | "
                            f"{label(chose_key)}{'' if fits else ' (measured peak over the budget)'} | {mine:,.0f} | "
                            f"{label(best_key)} | {best:,.0f} | {ratio:.2f} | "

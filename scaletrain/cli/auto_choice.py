@@ -39,11 +39,15 @@ def resolve_auto(args: argparse.Namespace, nproc: int) -> list[str]:
     options = options_from_args(probe_args, device.type)
     probes = measured_probes(probe_args, args.workload if not args.model else f"{args.workload} + {args.model}",
                              world, options, device.type, say=lambda text: print(text, flush=True), hosts=hosts)
-    choice = choose(probes, world, args.batch_size, options)
+    choice = choose(probes, world, args.batch_size, options, across_hosts=hosts is not None)
     if choice.chosen is None:
         raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "
                          "--batch-size")
     args.strategy = choice.chosen.strategy
     for name, value in choice.chosen.options.items():
         setattr(args, name, value)
+    if choice.chosen.world_size < world:  # fewer processes predicted faster: train that many, here
+        args.nproc_per_node = choice.chosen.world_size
+        if choice.chosen.world_size == 1:
+            args.hosts = args.hostfile = None
     return choice.lines()

@@ -388,7 +388,7 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
     workload = workload_from_args(args)
     probes = measured_probes(args, workload.name, world, options, device_type,
                              say=(lambda text: None) if args.json else print, hosts=hosts)
-    choice = choose(probes, world, args.batch_size, options)
+    choice = choose(probes, world, args.batch_size, options, across_hosts=hosts is not None)
     document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
                 "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,
                 "rejected_for_memory": choice.rejected_for_memory, "considered": choice.considered,
@@ -406,5 +406,6 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
             print(line)
         if choice.chosen:
             steady = " --steady-memory" if args.steady_memory else ""
-            print(f"Train with it: scaletrain train --nproc-per-node {world}{steady} {' '.join(choice.flags())}")
+            print(f"Train with it: scaletrain train --nproc-per-node {choice.chosen.world_size}{steady} "
+                  f"{' '.join(choice.flags())}")
     return 0 if choice.chosen else 1

@@ -229,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         for line in args.auto_choice.split(". "):
             print(f"scaletrain: {line.rstrip('.')}.", flush=True)
         config = config_from_args(args)
+        nproc = args.nproc_per_node or nproc  # the choice may be fewer processes
     strategy, model = validate(config, nproc, here=not runs_elsewhere(args),
                                if_unreachable=args.if_tracker_unreachable)
     resolve_workload_defaults(config, args)

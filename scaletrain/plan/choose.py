@@ -58,11 +58,17 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def world_sizes_up_to(world_size: int, across_hosts: bool = False) -> list[int]:
+    """The world sizes a choice for `world_size` processes considers: every one up to it, one
+    process first (distributing may not pay); across hosts, one process or all of them."""
+    return sorted({1, world_size}) if across_hosts else list(range(1, world_size + 1))
+
+
 def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
     """(strategy, options) for every configuration worth predicting on `world_size` processes."""
     found: list[tuple[str, dict]] = []
-    if world_size == 1:
-        found.append(("single", {}))
+    if world_size == 1:  # one process: nothing to synchronise, shard or cut (single's cost model takes no checkpointing)
+        return [("single", {})]
     found += [("ddp", {}), ("fsdp", {})]
     for r in _divisors(world_size):
         if 1 < r < world_size:
@@ -100,6 +106,8 @@ class Choice:
     room: float = MEMORY_ROOM
     odds: float = 1.0
     """Tight: the chance that the chosen configuration's peak fits (fit_odds)."""
+    distributed: Optional[Prediction] = None
+    """The fastest of several processes that fits (what one process was chosen over)."""
 
     def flags(self) -> list[str]:
         """The chosen configuration as `scaletrain train` flags."""
@@ -132,6 +140,10 @@ class Choice:
                       f"inside the {self.room:.0%} the prediction can miss by; none that fits leaves that room, and "
                       f"of those that fit this one has the most speed to expect, its peak fitting about "
                       f"{self.odds:.0%} of the time (watch peak_memory_bytes, or give more processes).")
+        if c.world_size == 1 and self.distributed is not None:
+            d = self.distributed
+            first += (f" One process: distributing is predicted to lose here — the fastest of several processes, "
+                      f"{self.label(d)}, {d.speedup:.2f}× one process.")
         if c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
             first += (f" Below the {WORTH_AT_SPEEDUP:g}× that pays: one process (--nproc-per-node 1) would do about as "
                       f"well.")
@@ -143,16 +155,19 @@ class Choice:
         return [first, second + "."]
 
 
-def choose(probes: list[Probe], world_size: int, batch_size: int, options: Options) -> Choice:
-    """The fastest configuration that fits, by the median prediction over the probes' rounds."""
+def choose(probes: list[Probe], world_size: int, batch_size: int, options: Options,
+           across_hosts: bool = False) -> Choice:
+    """The fastest configuration that fits, by the median prediction over the probes' rounds,
+    among those of every world size up to `world_size` (world_sizes_up_to)."""
     probe = probes[0]
     fp = probe.footprint
     tensor_parallel = bool(fp.block_tp_param_bytes)
-    found = candidates(world_size, batch_size, len(fp.block_param_bytes), tensor_parallel)
+    found = [(n, name, chosen_options) for n in world_sizes_up_to(world_size, across_hosts)
+             for name, chosen_options in candidates(n, batch_size, len(fp.block_param_bytes), tensor_parallel)]
     predicted: list[tuple[Prediction, list[float]]] = []
     rejected, every = [], []
-    for name, chosen_options in found:
-        rounds = [p for p in (predict(pr, name, world_size, options, chosen_options) for pr in probes) if p]
+    for n, name, chosen_options in found:
+        rounds = [p for p in (predict(pr, name, n, options, chosen_options) for pr in probes) if p]
         if not rounds:
             continue
         middle = sorted(rounds, key=lambda p: p.samples_per_s)[len(rounds) // 2]
@@ -160,7 +175,8 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
             continue  # a disturbed measurement's figure, not a candidate's
         every.append(middle)
         if not middle.fits:
-            rejected.append(f"{name} {_short(chosen_options)} needs {middle.memory_bytes / 1e6:,.0f} MB".strip())
+            label = " ".join(filter(None, [f"{name} ×{n}", _short(chosen_options)]))
+            rejected.append(f"{label} needs {middle.memory_bytes / 1e6:,.0f} MB")
             continue
         predicted.append((middle, [p.speedup for p in rounds]))
     # The fastest first among those that leave the prediction's room below the budget. Those
@@ -177,6 +193,7 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
                     tight=bool(predicted) and not roomy(predicted[0][0]), budget_bytes=budget, room=room)
     if choice.tight:
         choice.odds = fit_odds(choice.chosen.memory_bytes, budget, room)
+    choice.distributed = next((p for p, _ in predicted if p.world_size > 1), None)
     if predicted and len(predicted[0][1]) >= 2:
         speedups = predicted[0][1]
         choice.speedup_interval = (min(speedups), max(speedups)) if len(speedups) < 3 else \
