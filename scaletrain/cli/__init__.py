@@ -74,9 +74,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         # Ctrl-C, SIGTERM and SIGHUP wait for torch's import to end (see Deferred), then stop
         # the command; any time after, they stop it at once.
         with Deferred() if not rank else contextlib.nullcontext():
-            if name == "train" and not rank:
-                from .train_warm_up import ranks_to_warm
+            if not rank:  # before any process starts: the allocator they inherit (and this one runs)
+                from .allocator_choice import prepare
+                from .train_warm_up import ranks_to_warm, trains_here
 
+                prepare(name, argv, trains_here=name == "train" and trains_here(argv))
+            if name == "train" and not rank:
                 warm.warm_up(ranks_to_warm(argv))  # its ranks import torch while this process does
             if name in NEED_TORCH:
                 import torch  # noqa: F401

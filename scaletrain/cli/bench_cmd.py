@@ -19,7 +19,7 @@ from pathlib import Path
 from ..defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
 from ..errors import UsageError
 from .parsing import positive_float, positive_int
-from .perf_options import add_steady_memory_argument, apply_steady_memory
+from .perf_options import add_process_memory_arguments, apply_process_memory
 from .plan_cmd import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
                        parse_strategies)
 from .strategy_options import add_strategy_arguments, strategy_options_from_args
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured steps per configuration at least, after warm-up (default 30)")
     p.add_argument("--warmup", type=positive_int, default=5, help="steps left out first (default 5)")
     add_min_seconds_argument(p)
-    add_steady_memory_argument(p)
+    add_process_memory_arguments(p)
     p.add_argument("--budget", type=positive_float, default=BENCH_BUDGET_S, metavar="SECONDS",
                    help="rounds (every configuration, in alternating order) go on until the verdict is decided "
                         f"or the next would end past this many seconds (default {BENCH_BUDGET_S:g})")
@@ -115,7 +115,7 @@ def be_a_rank(args: argparse.Namespace, settings) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..environment import detect
 
-    apply_steady_memory(args)
+    apply_process_memory(args)
     settings = settings_from_args(args)
     if detect(os.environ).launched:
         return be_a_rank(args, settings)

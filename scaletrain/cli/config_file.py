@@ -59,6 +59,11 @@ def read(path: Path, parser: argparse.ArgumentParser) -> dict[str, Any]:
     return values
 
 
+def settings(path: str | Path) -> dict:
+    """A configuration file's keys and values as written (unchecked)."""
+    return _load(Path(path), f"--config {path}")
+
+
 def _load(path: Path, where: str) -> dict:
     try:
         text = path.read_text()

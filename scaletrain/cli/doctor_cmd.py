@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--node-rank {node_rank} must be from 0 to {nnodes - 1} (--nnodes {nnodes})")
     plan = checks.Plan(master_addr=args.master_addr or env.master_addr, master_port=args.master_port or env.master_port,
                        nnodes=nnodes, backend=args.backend, is_master_node=node_rank == 0)
-    findings = [*checks.check_backends(plan), *checks.check_hostname(plan), *checks.check_master(plan)]
+    findings = [*checks.check_backends(plan), *checks.check_hostname(plan), *checks.check_master(plan),
+                *checks.check_allocator()]
     if not args.no_self_test:
         findings += checks.check_self_test(args.backend, args.self_test_timeout)
     problems = [f for f in findings if f.level == checks.PROBLEM]

@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..fault.durations import RULE, format_duration
 from .launch_options import add_launch_arguments, launch_request
 from .parsing import duration, non_negative_int, with_underscores
-from .perf_options import add_steady_memory_argument, apply_steady_memory
+from .perf_options import add_process_memory_arguments, apply_process_memory
 
 HELP = ("run your script or module (scaletrain API or plain torch.distributed) on N processes per node × M nodes, "
         "with spawn, torchrun, Open MPI or Slurm")
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(*with_underscores("--max-restarts"), type=non_negative_int, default=MAX_RESTARTS, metavar="K",
                    help="when the job fails, start it again up to K times (not after Ctrl-C, SIGTERM or a usage "
                         f"error; default {MAX_RESTARTS})")
-    add_steady_memory_argument(g)
+    add_process_memory_arguments(g)
     p.add_argument("-m", "--module", action="store_true",
                    help="the program is a module, run like `python -m` (as with torchrun's -m)")
     p.add_argument("script", metavar="script.py", help="the program each rank runs")
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from ..launchers.plan import Target
     from ..launchers.restart import run_with_restarts
 
-    apply_steady_memory(args)
+    apply_process_memory(args)
     env = detect(os.environ)
     # A process that stands for a whole node (a Kubernetes pod, one srun task per node
     # starting torchrun) may start the node's ranks; a rank of a running job may not.

@@ -21,7 +21,7 @@ from ..errors import UsageError, arg
 from ..launchers.interrupts import Stopped, signal_name
 from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
-from .perf_options import add_steady_memory_argument, apply_steady_memory
+from .perf_options import add_process_memory_arguments, apply_process_memory
 
 NAME = "plan"
 DEFAULT_WORLD_SIZES = "1,2,8,16,64"
@@ -148,7 +148,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured steps per thread count at least (default 20)")
     p.add_argument("--warmup", type=positive_int, default=3, help="steps left out first (default 3)")
     add_min_seconds_argument(p)
-    add_steady_memory_argument(p)
+    add_process_memory_arguments(p)
     p.add_argument("--probe-rounds", type=positive_int, default=PLAN_PROBE_ROUNDS,
                    help="rounds of the plan's measurements at least, in alternating order; the spread of the "
                         f"predictions over them is the expected error (default {PLAN_PROBE_ROUNDS})")
@@ -227,7 +227,7 @@ def be_a_probe_rank(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..environment import detect
 
-    apply_steady_memory(args)
+    apply_process_memory(args)
     if detect(os.environ).launched:
         return be_a_probe_rank(args)
     return plan_here(args)

@@ -39,7 +39,7 @@ from .outdir import check_out, create_out, default_out, discard_unstarted, hold_
 from .train_rank import said_by_this_rank
 from .parsing import OneLineParser, positive_float, positive_int
 from .strategy_options import add_strategy_arguments, common_option_defaults, strategy_options_from_args
-from .perf_options import add_memory_arguments, add_perf_arguments, apply_perf_options, apply_steady_memory
+from .perf_options import add_memory_arguments, add_perf_arguments, apply_perf_options, apply_process_memory
 from .track_options import add_track_arguments, track_config
 
 NAME = "train"
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         argv = args.argv[args.argv.index(NAME) + 1:] if NAME in args.argv else []
         args = config_file.apply(args, build_parser, argv)
-    apply_steady_memory(args)
+    allocator = apply_process_memory(args)
     env = detect(os.environ)
     config = config_from_args(args)
     # A process that stands for a whole node (a Kubernetes pod) starts the node's ranks when
@@ -247,7 +247,9 @@ def run(args: argparse.Namespace) -> int:
         check_out(out)
     recorded = record(args, nproc_per_node=recorded_nproc(args, nproc))
     del model  # built for the checks only: a run in this process builds its own
-    if nproc == 1 and not launch_requested(args) and not args.max_restarts:
+    # One process trains here, unless this process runs another allocator than the one asked
+    # for (--strategy auto chose one process): then it is started as a rank that runs it.
+    if nproc == 1 and not launch_requested(args) and not args.max_restarts and runs_here(allocator):
         from ..train.loop import train
 
         created = not out.exists()
@@ -260,6 +262,12 @@ def run(args: argparse.Namespace) -> int:
                 raise
         return 0
     return launch_ranks(args, out, nproc, recorded, node_rank, config)
+
+
+def runs_here(allocator: str) -> bool:
+    from ..allocator import running
+
+    return running() in (allocator, "unknown")
 
 
 def launch_ranks(args: argparse.Namespace, out: Path, nproc: int, recorded: dict, node_rank: int,

@@ -43,3 +43,19 @@ def ranks_to_warm(argv: list[str], environ=os.environ) -> int:
     except ValueError:
         return 0
     return count if count > 1 else 0
+
+
+#: Flags after which the command plainly does not train in its own process.
+_ELSEWHERE = frozenset({"--dry-run", "--sbatch", "-h", "--help", "--hosts", "--hostfile", "--rdzv-endpoint",
+                        "--rdzv_endpoint", "--max-restarts", "--max_restarts"})
+
+
+def trains_here(argv: list[str], environ=os.environ) -> bool:
+    """Whether `scaletrain train` may train in its own process (one process, no launcher):
+    True unless the command line plainly says otherwise (a guess that is wrong costs the
+    command a restart with its allocator: see allocator_choice.py)."""
+    if any(token.partition("=")[0] in _ELSEWHERE for token in argv):
+        return False
+    if _value(argv, "--launcher") not in (None, "auto", "spawn") or _value(argv, "--nnodes") not in (None, "1"):
+        return False
+    return ranks_to_warm(argv, environ) == 0

@@ -202,3 +202,17 @@ def _self_test_fix(backend: str) -> str:
         return "run `scaletrain env` to see the usable backends; without a GPU use --backend gloo"
     return ("run `scaletrain env` and check the network on this machine: loopback must accept connections (a "
             "firewall rule on lo?), and GLOO_SOCKET_IFNAME, when set, must name a working interface")
+
+
+def check_allocator() -> list[Finding]:
+    """The CPU memory allocator training processes get by default (scaletrain/allocator.py):
+    the best one where installed; where not, the one line that installs it."""
+    from .. import allocator
+
+    best = allocator.BEST
+    path = allocator.find(best)
+    if path:
+        return [Finding(OK, f"CPU memory allocator: {best} ({path}), preloaded into the processes scaletrain starts")]
+    return [Finding(NOTE, f"CPU memory allocator: {best} is not installed, so training processes use glibc's malloc, "
+                          "which holds more memory and runs slower (docs/memory.md)",
+                    f"{allocator.install_line(best)}")]

@@ -10,6 +10,7 @@ from .. import netif
 from ..defaults import MASTER_ADDR, MASTER_PORT
 from ..errors import UsageError
 from ..netif import IFNAME_VARS, Choice
+from ..allocator import ALLOCATOR_VARS
 from ..steady_memory import STEADY_MEMORY_VAR
 from .base import Job
 from .parent_watch import LAUNCHER_VAR
@@ -87,7 +88,7 @@ class MpirunLauncher:
         argv += ["-x", f"MASTER_ADDR={req.master_addr}", "-x", f"MASTER_PORT={req.master_port}", "-x", ERROR_DIR_VAR,
                  "-x", LAUNCHER_VAR, "-x", TERMINAL_VAR]
         # Variables the ranks need from this shell; each host's interface is chosen on that host.
-        for var in ("PYTHONPATH", STEADY_MEMORY_VAR, *IFNAME_VARS):
+        for var in ("PYTHONPATH", STEADY_MEMORY_VAR, *ALLOCATOR_VARS, *IFNAME_VARS):
             if req.environ.get(var):
                 argv += ["-x", var]
         argv += [*req.launcher_args, *rank_argv(req.target, req.timeout, req.python)]

@@ -45,12 +45,14 @@ from typing import Optional  # noqa: E402
 MODULE = "scaletrain.launchers.warm"
 
 _pool: list = []
+_preload: list = []  # the LD_PRELOAD the interpreters started with (the allocator they run: allocator.py)
 
 
 def warm_up(count: int) -> None:
     """Starts `count` warm interpreters (none when some are already there)."""
     if _pool or count < 1:
         return
+    _preload[:] = [os.environ.get("LD_PRELOAD")]
     for _ in range(count):
         try:
             _pool.append(subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE))
@@ -63,6 +65,8 @@ def take(argv, env: dict) -> Optional[subprocess.Popen]:
     `env` as its whole environment; None when none is left or `argv` is another program."""
     argv = list(argv)
     if not _pool or not argv or argv[0] != sys.executable or argv[1:2] != ["-m"]:
+        return None
+    if [env.get("LD_PRELOAD")] != _preload:  # started with another allocator than this rank's
         return None
     proc = _pool.pop(0)
     try:

@@ -57,6 +57,9 @@ class TrainConfig:
     meta_init: str = "auto"
     """Build the model on the meta device and give each process only its share: auto (where no
     process holds the whole model and the model can initialise itself there), always, never."""
+    allocator: str = "auto"
+    """The CPU memory allocator of the run's processes: auto (tcmalloc where installed, else
+    glibc's), tcmalloc, jemalloc or glibc (see `scaletrain.allocator`)."""
     strategy_options: dict = field(default_factory=dict)
     """Options particular to the strategy."""
     trackers: list = field(default_factory=list)

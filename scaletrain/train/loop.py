@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..version import __version__
+from ..allocator import described as described_allocator
 from ..api import init
 from ..batches import batch_size_of
 from ..parallel.meta_init import uninitialisable
@@ -138,6 +139,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
             "samples_per_second": trained_samples / train_seconds,
             "train_seconds": train_seconds,
             "startup_seconds": startup_seconds,
+            "allocator": described_allocator(),  # the CPU memory allocator the processes ran with
             # From the user's command, like the start-up time (this process's own time otherwise).
             "wall_seconds": command_age(run.env) or time.perf_counter() - started,
             "torch_version": torch.__version__,

@@ -187,7 +187,9 @@ def _peak_memory(summary: dict) -> str:
     peaks, bases = summary["peak_memory_bytes"], summary.get("baseline_memory_bytes") or []
     worst = max(range(len(peaks)), key=lambda r: peaks[r])
     base = f" (baseline {bases[worst] / 1e6:,.0f} MB)" if worst < len(bases) else ""
-    return f"{peaks[worst] / 1e6:,.0f} MB{base}" + (f", the largest of {len(peaks)} processes" if len(peaks) > 1 else "")
+    allocator = f"; allocator {summary['allocator']}" if summary.get("allocator") else ""
+    return (f"{peaks[worst] / 1e6:,.0f} MB{base}" + (f", the largest of {len(peaks)} processes" if len(peaks) > 1 else "")
+            + allocator)
 
 
 def strict_json(record: dict) -> dict:
