@@ -34,8 +34,8 @@ HERE = Path(__file__).resolve().parent
 
 #: name -> (flags, steps, log every): steps enough for a few seconds of training on 2 cores.
 WORKLOADS = {
-    "digits-cnn": (["--workload", "digits-cnn"], 120, 10),
-    "digits-mlp": (["--workload", "digits-mlp"], 160, 10),
+    "digits-cnn": (["--workload", "digits-cnn"], 300, 20),
+    "digits-mlp": (["--workload", "digits-mlp"], 400, 20),
     "synthetic-cnn": (["--workload", "synthetic-cnn"], 60, 5),
     "synthetic-mlp": (["--workload", "synthetic-mlp"], 40, 5),
     "stdlib-gpt": (["--workload", "stdlib-gpt"], 40, 5),

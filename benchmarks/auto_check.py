@@ -8,8 +8,8 @@ then trained for real (`scaletrain train --max-steps`) and timed: the steady sam
 later step records, and its measured peak memory. The exhaustive search's answer is the
 fastest candidate whose measured peak fits the budget; auto is right when its choice is within
 10% of that. Prints a Markdown table (also to --out) and the times of both. plan and train run
-with `--steady-memory` (a CPU process's resident memory is then what it holds, which is what the
-plan predicts and a budget is about); `--glibc-default` runs them without it.
+with their defaults (the default allocator: tcmalloc where installed); `--steady-memory` or
+`--allocator NAME` are given to both when asked for.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from steady_flag import add_glibc_default_argument, apply_glibc_default, with_steady  # noqa: E402
+from memory_flags import add_memory_flag_arguments, apply_memory_flags, with_memory_flags  # noqa: E402
 
 WORKLOADS = {"synthetic-cnn": [], "synthetic-mlp": [], "stdlib-gpt": ["--batch-size", "64"]}
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    argv = with_steady(argv)
+    argv = with_memory_flags(argv)
     done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], cwd=HERE, capture_output=True, text=True,
                           timeout=timeout)
     if done.returncode != 0:
@@ -75,9 +75,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--out", type=Path)
     p.add_argument("--json", type=Path, help="also write every candidate's predicted and measured figures here")
-    add_glibc_default_argument(p)
+    add_memory_flag_arguments(p)
     args = p.parse_args(argv)
-    apply_glibc_default(args)
+    apply_memory_flags(args)
     rows = ["| workload | processes | memory budget | auto chose | its samples/s | fastest measured | its samples/s | "
             "auto ÷ fastest | decision s | exhaustive s |", "|---|---:|---|---|---:|---|---:|---:|---:|---:|"]
     right, total, decided, searched = 0, 0, 0.0, 0.0

@@ -18,6 +18,24 @@ from pathlib import Path
 import torch
 
 
+def timeline(event: str, at: float | None = None) -> None:
+    """A milestone of this rank's start-up, where SCALETRAIN_TIMELINE asks for them
+    (benchmarks/startup_timeline.py); the first also notes when the rank and its launcher
+    (torchrun's agent, the command) started."""
+    import os
+
+    if not os.environ.get("SCALETRAIN_TIMELINE"):
+        return
+    from scaletrain.timeline import mark, process_started
+
+    if not getattr(timeline, "started", False):
+        timeline.started = True
+        mark("rank: process started", process_started())
+        if os.environ.get("RANK") == "0":
+            mark("command: process started", process_started(os.getppid()))
+    mark(event, at)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--workload", default="synthetic-cnn")
@@ -72,6 +90,7 @@ class Timer:
         if self.first_step_wall is None:
             _wait_for_gpu()
             self.first_step_wall = time.time()
+            timeline("rank: first step done", self.first_step_wall)
         self._samples += samples
         self._steps += 1
         return not (self.max_steps and self._steps >= self.max_steps)

@@ -11,8 +11,9 @@ plan's `memory_bytes` for that configuration. DeepSpeed's published formula for 
 (16 bytes per parameter for mixed-precision Adam, ÷ N under ZeRO-3; activations and the
 process left out) and Accelerate's `estimate-memory` ("training with Adam": 4 × the fp32 model)
 are shown beside where they apply. Prints a Markdown table (also to --out). plan and train both
-run with `--steady-memory` (freed tensors of 4 MB and more returned at once, so that resident
-memory is what a process holds); `--glibc-default` runs them without it.
+run with their defaults (the default allocator: tcmalloc where installed); `--steady-memory`
+(glibc's allocator with freed tensors of 2 MB and more returned at once) or `--allocator NAME`
+are given to both when asked for.
 
 Models: mlp134 (a user's 134 MB MLP, `--model memory_models:mlp134` on the synthetic images),
 stdlib-gpt (the built-in byte-level GPT at batch 256), llama (a Hugging Face Llama from a config on
@@ -33,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from steady_flag import add_glibc_default_argument, apply_glibc_default, with_steady  # noqa: E402
+from memory_flags import add_memory_flag_arguments, apply_memory_flags, with_memory_flags  # noqa: E402
 
 MODELS = {
     "mlp134": {"flags": ["--workload", "synthetic-mlp", "--model", "memory_models:mlp134", "--batch-size", "32"],
@@ -50,7 +51,7 @@ STRATEGIES = [("single", 1, {}), ("ddp", 2, {}), ("fsdp", 2, {}), ("pipeline", 2
 
 
 def _run(argv: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    argv = with_steady(argv)
+    argv = with_memory_flags(argv)
     done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], cwd=HERE, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
     if done.returncode != 0:
@@ -124,10 +125,10 @@ def main(argv=None) -> int:
     p.add_argument("--checkpointing", default="none,full", help="activation checkpointing modes (default none,full)")
     p.add_argument("--no-reshard", dest="reshard", action="store_false",
                    help="skip the comparison of fsdp ×2 with reshard_after_forward true and false (on a deep MLP)")
-    add_glibc_default_argument(p)
+    add_memory_flag_arguments(p)
     p.add_argument("--out", type=Path, help="also write the Markdown table here")
     args = p.parse_args(argv)
-    apply_glibc_default(args)
+    apply_memory_flags(args)
     started = time.time()
     rows = ["| model | configuration | checkpointing | predicted MB | measured MB | error | DeepSpeed (states) MB | "
             "Accelerate MB |", "|---|---|---|---:|---:|---:|---:|---:|"]

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import Timer, build, parse_args, timed_epochs  # noqa: E402
+from bench_common import Timer, build, parse_args, timed_epochs, timeline  # noqa: E402
 
 
 def main() -> None:
@@ -23,10 +23,14 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    timeline("rank: torch imported")
     dist.init_process_group("nccl" if cuda else "gloo")  # torchrun's env:// variables
+    timeline("rank: process group")
     rank, world = dist.get_rank(), dist.get_world_size()
     model, train_set, lr = build(args.workload)
+    timeline("rank: model built")
     model = DistributedDataParallel(model.to(device), device_ids=[device] if cuda else None)
+    timeline("rank: model set up")
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, pin_memory=cuda)

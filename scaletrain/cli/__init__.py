@@ -66,8 +66,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     """Runs a command; its exit status. Ctrl-C, SIGTERM and SIGHUP end it with 130, 143 and
     129 and one line (none in a rank: its launcher says it once), never a traceback."""
     from ..launchers import warm
+    from ..timeline import mark, process_started
 
     rank = _launched()
+    if not rank:
+        mark("command: process started", process_started())
+        mark("command: scaletrain's command line entered")
     argv = list(sys.argv[1:] if argv is None else argv)
     name = chosen_command(argv)
     try:
@@ -83,6 +87,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 warm.warm_up(ranks_to_warm(argv))  # its ranks import torch while this process does
             if name in NEED_TORCH:
                 import torch  # noqa: F401
+
+                mark("command: torch imported") if not rank else None
             parser = build_parser(name if name in COMMANDS else "")
         if rank:
             sigint_as_python()

@@ -27,6 +27,7 @@ from ..errors import UsageError
 from ..strategies import REGISTRY, get_strategy, implied_strategy, strategy_names
 from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
+from ..timeline import mark
 from ..workloads import BUILTIN, get_workload
 from ..workloads.factories import load_factory
 from ..workloads.tasks import TASKS
@@ -230,8 +231,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"scaletrain: {line.rstrip('.')}.", flush=True)
         config = config_from_args(args)
         nproc = args.nproc_per_node or nproc  # the choice may be fewer processes
+    mark("command: flags read")
     strategy, model = validate(config, nproc, here=not runs_elsewhere(args),
                                if_unreachable=args.if_tracker_unreachable)
+    mark("command: checked")
     resolve_workload_defaults(config, args)
     check_fault_flags(args, env, args.out)
     out = Path(args.out or default_out(config.strategy, nproc)).expanduser().absolute()

@@ -59,6 +59,7 @@ from .joining import JoinWatch, exit_after  # noqa: E402
 from .parent_watch import ParentWatch  # noqa: E402
 from .plan import ERROR_DIR_VAR, Target  # noqa: E402
 from .teardown import TeardownGuard  # noqa: E402
+from ..timeline import mark as timeline, process_started  # noqa: E402
 
 #: Exit status of a rank that gave up waiting for peers that never joined (the same as the
 #: hang watchdog's: a peer is missing).
@@ -138,6 +139,8 @@ def run_program(body: Callable[[], None], describe: str, join_timeout: float,
     rank = -1
     watch = parent = None
     try:
+        timeline("rank: process started", process_started())
+        timeline("rank: runner")
         env = prepare_environment(os.environ)
         rank = env.rank
         mark(os.environ.get(ERROR_DIR_VAR), rank, "started")

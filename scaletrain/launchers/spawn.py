@@ -28,6 +28,7 @@ from typing import Callable, Optional, Protocol
 from ..defaults import MASTER_ADDR, STOP_GRACE_S
 from ..errors import UsageError
 from ..netif import Choice
+from ..timeline import mark
 from . import warm
 from .base import Job, network_env
 from .failures import signal_summary, write_record
@@ -224,8 +225,10 @@ def run_children(plan: Plan, job: Job, start: Callable[[int, dict], RankProcess]
     try:
         for rank, env in enumerate(environments):
             processes.append(start(rank, env))
+        mark("command: ranks started")
         if rendezvous is not None:
             rendezvous.serve(len(environments))
+            mark("command: rendezvous served")
         return _outcome(processes, job)
     finally:
         _stop(processes, STOP_GRACE_S)

@@ -89,13 +89,14 @@ def discard() -> None:
         proc.wait()
 
 
-#: What a rank of `scaletrain train` imports first: torch, then the trainer. Neither reads
-#: the environment when imported, which is not the rank's yet. (The modules it runs as
-#: `__main__` are left to run then: runpy warns of one already imported.) (Not more: torch's compiler
-#: front end, imported when the optimizer is made, takes as long as torch; an interpreter
-#: that began it before its command came would keep its peers waiting at the rendezvous,
-#: then wait for them while they import it in turn.)
-PRELOAD = ("torch", "scaletrain.train.loop")
+#: What a rank of `scaletrain train` imports first: torch, the trainer, then torch's compiler
+#: front end (torch._dynamo: any optimizer's construction imports it, about as long as torch
+#: itself, so every rank pays it before its first step: here it is paid while the command
+#: still reads its flags). None reads the environment when imported, which is not the rank's
+#: yet. (The modules it runs as `__main__` are left to run then: runpy warns of one already
+#: imported.) Measured (benchmarks/startup_timeline.py, docs/performance.md): the first step
+#: 0.1 s sooner than with the compiler imported after the command came.
+PRELOAD = ("torch", "scaletrain.train.loop", "torch._dynamo")
 
 
 def _order_ready() -> bool:
@@ -107,14 +108,23 @@ def _order_ready() -> bool:
 def main() -> None:
     import importlib
 
+    from ..timeline import mark
+
     for name in PRELOAD:  # until the command is ready; whatever is left is imported when needed
         importlib.import_module(name)
+        mark(f"rank: warm interpreter imported {name}")
         if _order_ready():
             break
     line = sys.stdin.buffer.readline()
     if not line:  # the command ended without needing this process
         os._exit(0)
     order = json.loads(line)
+    from ..timeline import TIMELINE_VAR, mark
+
+    if order["env"].get(TIMELINE_VAR):
+        os.environ[TIMELINE_VAR] = order["env"][TIMELINE_VAR]
+        os.environ["RANK"] = order["env"].get("RANK", "")
+        mark("rank: warm interpreter given its rank")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the pipe is done; a rank reads nothing from its command
     os.close(devnull)

@@ -12,6 +12,7 @@ parameters keep the whole model's names, so stages' shares are disjoint pieces o
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
@@ -26,19 +27,19 @@ from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
 SCHEDULES = ("gpipe", "1f1b")
 
 
+@functools.cache
 def _without_outputs() -> dict:
     """Training never reads the last stage's outputs, only its losses; by default the schedule
     keeps every micro-batch's output and joins them at the end (two copies of the logits on a
-    language model's last stage). torch 2.8 and later let a step not keep them."""
+    language model's last stage). torch 2.8 and later let a step not keep them. (Asked when a
+    pipeline first steps: torch's pipelining imports its compiler, a second or so that a
+    command reading its flags, or a run without a pipeline, need not spend.)"""
     import inspect
 
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
     accepted = inspect.signature(PipelineScheduleSingle.step).parameters
     return {"return_outputs": False} if "return_outputs" in accepted else {}
-
-
-_NO_OUTPUTS = _without_outputs()
 
 
 def _schedule_class(name: str):
@@ -129,7 +130,7 @@ class PipelineRunner:
             # The first stage feeds the inputs, the last compares with the targets; the
             # others receive activations and gradients from their neighbours.
             schedule.step(*([inputs] if self.first else []), target=targets if self.last else None,
-                          losses=losses if self.last else None, **_NO_OUTPUTS)
+                          losses=losses if self.last else None, **_without_outputs())
         if not self.last:
             return torch.zeros((), device=self.topology.ctx.device)
         return (torch.stack([l.detach() for l in losses]).sum() / scale).float()

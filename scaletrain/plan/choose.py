@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..allocator import ALLOCATOR_VAR
 from ..defaults import WORTH_AT_SPEEDUP
 from .predict import Prediction, predict
 from .verdict import implausible
@@ -222,7 +223,8 @@ def cache_key(spec: dict, world_size: int, nproc_per_node: int, device_type: str
 
     facts = {k: spec.get(k) for k in ("workload", "model", "dataset", "batch_size", "seed", "device", "backend")}
     facts.update(world_size=world_size, nproc_per_node=nproc_per_node, device_type=device_type, cores=cores,
-                 host=platform.node(), hosts=hosts, torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd())
+                 host=platform.node(), hosts=hosts, torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd(),
+                 allocator=os.environ.get(ALLOCATOR_VAR, ""))  # the probe's memory is its allocator's
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -132,6 +132,9 @@ class Probe:
     """What the one-process job held before its model: interpreter, torch, process group, data."""
     memory_peak_bytes: float = 0.0
     """The one-process job's peak while it trained (a DDP process of one)."""
+    allocator: str = ""
+    """The CPU memory allocator the probe's jobs ran with (scaletrain/allocator.py: what the
+    processes of the run predicted run with too); its slack is in `memory_peak_bytes`."""
     fsdp_overhead_s: float = 0.0
     """What FSDP's own machinery (gathers into buffers, copies out, DTensors) adds to a step on
     one process: the one-process job's step under fully_shard less its plain step (plan/
@@ -180,7 +183,7 @@ def probe_from_dict(doc: dict) -> Probe:
                  ddp_step=DdpStep(**doc["ddp_step"]) if doc.get("ddp_step") else None,
                  network_ddp_step=DdpStep(**doc["network_ddp_step"]) if doc.get("network_ddp_step") else None,
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
-                 memory_peak_bytes=doc.get("memory_peak_bytes", 0.0),
+                 memory_peak_bytes=doc.get("memory_peak_bytes", 0.0), allocator=doc.get("allocator", ""),
                  tp_step=MeshStep(**doc["tp_step"]) if doc.get("tp_step") else None,
                  network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None)
 
@@ -207,7 +210,7 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  block_one_thread_s=_sizes(single.get("block_one_thread_s", ())),
                  block_params=tuple(single.get("block_params", ())),
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
-                 memory_peak_bytes=single.get("memory_peak_bytes", 0.0),
+                 memory_peak_bytes=single.get("memory_peak_bytes", 0.0), allocator=single.get("allocator", ""),
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
                  tp_step=tp)
 

@@ -26,6 +26,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
+from ..allocator import described as described_allocator
 from ..measure.clock import Clock
 from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
@@ -211,7 +212,8 @@ def measure_probe_round(spec: dict) -> dict:
             if seconds is not None:
                 result["fsdp_mesh_step_s"] = _mean_over_ranks(run, seconds)
         else:
-            result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak())
+            result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak(),
+                          allocator=described_allocator())
             result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
             for key, measure in (("fsdp_step_s", fsdp_step_seconds), ("tp_step_s", tp_step_seconds)):
                 seconds = measure(workload.build_model, workload.lr, batches, loss_fn, run.device,

@@ -18,6 +18,7 @@ from ..batches import batch_size_of
 from ..parallel.meta_init import uninitialisable
 from ..errors import UsageError, arg
 from ..startup import command_age
+from ..timeline import mark
 from ..workloads import get_workload
 from ..workloads.tasks import derive, get_task
 from .checkpoints import TrainerCheckpoints
@@ -33,17 +34,22 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     `resume_checked`: the command that started the run checked what --resume will load and
     showed its notes, so they are not shown again."""
     started = time.perf_counter()
+    mark("rank: train")
     workload = get_workload(config.workload, config.model, config.dataset)
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
+        mark("rank: process group")
         train_set, held_out = workload.build_datasets(config.seed)
+        mark("rank: data built")
         task = get_task(config.task or workload.task or derive(train_set[0]))
         with fits_in_memory(run):
             model = build_model(run, workload, config.meta_init)
             optimizer = adam(model.parameters(), lr=lr)
+            mark("rank: model built")
             model, optimizer = run.setup(model, optimizer)
+            mark("rank: model set up")
         loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
         epochs, last_step = training_length(config, workload.epochs, len(loader), run.strategy.grad_accum)
         reporter = Reporter(run.is_main, out, run.trackers)
@@ -94,6 +100,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                     finite.track(loss, run.steps_taken)
                     if startup_seconds is None:  # from the user's command, not from train()
                         startup_seconds = command_age(run.env) or time.perf_counter() - started
+                        mark("rank: first step done")
                     steps += 1
                     samples += batch_size_of(batch)
                     advance()
