@@ -32,6 +32,7 @@ from .backends import choose_backend
 from .batches import NO_TARGETS
 from . import evaluation
 from .checkpoint import DEFAULT_KEEP, Checkpointer
+from .checkpoint.background import BackgroundSaves
 from .context import ProcessContext
 from .data import ShardedLoader
 from .defaults import HANG_TIMEOUT_S
@@ -79,6 +80,7 @@ class Run(RunCollectives):
         self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
         self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
         self.memory = MemoryMeter(ctx.device)  # made again once the process group is up (init)
+        self.background_saves = BackgroundSaves()  # the one checkpoint written in the background, if any
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -336,17 +338,21 @@ class Run(RunCollectives):
         return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
 
     # -- checkpoints --------------------------------------------------------------------
-    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto") -> Checkpointer:
+    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto",
+                     asynchronous: bool = False) -> Checkpointer:
         """A Checkpointer writing into `directory` (keeps the newest `keep` checkpoints;
-        layout "full", "sharded" or "auto": sharded for a large sharded model)."""
-        return Checkpointer(self, Path(directory), keep, layout)
+        layout "full", "sharded" or "auto": sharded for a large sharded model).
+        `asynchronous=True`: each save returns once the state is in host memory, and the files
+        are written while training goes on (one at a time; `run.close()` waits for the last)."""
+        return Checkpointer(self, Path(directory), keep, layout, asynchronous=asynchronous)
 
     def save_checkpoint(self, directory, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
                         step: Optional[int] = None, scheduler=None, loader=None, extra: Optional[dict] = None,
-                        keep: int = DEFAULT_KEEP, layout: str = "auto") -> Path:
+                        keep: int = DEFAULT_KEEP, layout: str = "auto", asynchronous: bool = False) -> Path:
         """Saves model, optimizer, schedule, loader position, every rank's RNG state and the
-        step into `directory`/step-N atomically. Every rank must call it."""
-        return self.checkpointer(directory, keep, layout).save(
+        step into `directory`/step-N atomically. Every rank must call it. `asynchronous`:
+        as `run.checkpointer`'s (the path returned is complete once written)."""
+        return self.checkpointer(directory, keep, layout, asynchronous).save(
             self.steps_taken if step is None else step, model, optimizer, scheduler=scheduler, loader=loader,
             extra=extra)
 
@@ -420,6 +426,7 @@ class Run(RunCollectives):
         if not self._closed:
             self._closed = True
             self.trackers.finish()  # flushed and closed even when the loop did not finish them
+            self._finish_background_save()
             if self._watchdog is not None:
                 self._watchdog.stop()
             # Gloo's worker threads free a finished collective's tensors and need the GIL to
@@ -429,6 +436,19 @@ class Run(RunCollectives):
             time.sleep(0.05)
             process_group.destroy_process_group(self._owns_group)
             time.sleep(0.05)
+
+    def _finish_background_save(self) -> None:
+        """A checkpoint still being written is finished before the process group goes (its
+        thread talks over it); one that failed and was never reported is said here."""
+        if not self.background_saves.unsettled:
+            return
+        step = self.background_saves.step
+        outcome, _ = self.background_saves.settle()
+        if isinstance(outcome, BaseException):
+            import sys
+
+            print(f"scaletrain: error: the checkpoint of step {step} could not be written: {outcome}; the previous "
+                  "checkpoint is kept", file=sys.stderr, flush=True)
 
     def __enter__(self) -> "Run":
         return self
@@ -503,6 +523,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
     run._watchdog = start_watchdog(env, wait)
+    run.background_saves.timeout = backstop_timeout(wait)
     run.memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")

@@ -38,6 +38,12 @@ def add_fault_arguments(p: argparse.ArgumentParser) -> None:
                         "number of processes; sharded: each rank writes its own share (no rank holds the whole "
                         "model; needs a folder all nodes share); auto (default): sharded for fsdp when the model's "
                         "state is 1 GiB or more, else full")
+    g.add_argument("--checkpoint-async", action="store_true",
+                   help="write checkpoints in the background: training stops only while the state is copied into "
+                        "host memory (pinned on CUDA), and DCP's asynchronous save (or, for the full layout, rank "
+                        "0's thread) writes it while training goes on; one is written at a time (the next waits, "
+                        "saying so) and the last is finished before the run ends; a checkpoint becomes the newest "
+                        "only once complete")
     g.add_argument("--resume", type=resume_source, metavar="auto|PATH",
                    help="auto: continue from the newest checkpoint in --out if there is one; PATH: a checkpoint "
                         "folder, a checkpoints folder or an earlier run's --out")
@@ -57,7 +63,7 @@ def fault_config(args: argparse.Namespace) -> dict:
     """The TrainConfig fields of these flags. A process restarted by torchrun's agent resumes
     from the newest checkpoint by itself, as one restarted by scaletrain does."""
     return {"checkpoint_every": args.checkpoint_every, "keep_checkpoints": args.keep_checkpoints,
-            "checkpoint_layout": args.checkpoint_layout,
+            "checkpoint_layout": args.checkpoint_layout, "checkpoint_async": args.checkpoint_async,
             "resume": resume_after_agent_restart(args.resume, args.checkpoint_every, os.environ),
             "timeout_seconds": args.timeout, "allow_nonfinite": args.allow_nonfinite}
 

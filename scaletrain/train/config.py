@@ -46,6 +46,9 @@ class TrainConfig:
     """How many of the newest checkpoints to keep."""
     checkpoint_layout: str = "auto"
     """full (one file, written by rank 0), sharded (a file per rank), or auto: sharded for a large fsdp model."""
+    checkpoint_async: bool = False
+    """Write checkpoints in the background: training waits only while the state is copied to
+    host memory (pinned on CUDA); one checkpoint is written at a time, the last one before exit."""
     resume: Optional[str] = None
     """None, "auto" (the newest checkpoint under the output folder, if any) or a checkpoint path."""
     timeout_seconds: Optional[float] = None

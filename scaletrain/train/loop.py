@@ -56,7 +56,8 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                         "global_batch_size": global_batch, "workload_name": workload.name})
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
-                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked)
+                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked,
+                                         asynchronous=config.checkpoint_async)
         start = checkpoints.resume(model, optimizer, loader, epochs)
         finite = checkpoints.finite = NonFiniteGuard(run, model, config.log_every_steps, config.allow_nonfinite, lr,
                                                      run.steps_taken, reporter.say)
@@ -118,6 +119,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                       "epoch_seconds": seconds, "lr": optimizer.param_groups[0].get("lr"), "wall_seconds": wall()}
             reporter.epoch(record)
         checkpoints.at_end(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps, "samples": samples})
+        checkpoints.finish()
 
         summary = {
             **run.describe(),
