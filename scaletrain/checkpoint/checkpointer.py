@@ -77,7 +77,8 @@ class Checkpointer:
         ckpt.save(step, model, optimizer, loader=loader)
 
     Every rank must make the same calls (they are collective). `layout`: "full", "sharded"
-    or "auto" (sharded for a large sharded model, else full).
+    or "auto" (sharded for a large sharded model, else full; asynchronous: sharded for any
+    sharded model, whose gathering onto rank 0 would stop training).
 
     `asynchronous=True`: `save` returns once the state is copied into host memory and the
     files are written while training goes on (async_save.py); the checkpoint becomes the
@@ -131,6 +132,8 @@ class Checkpointer:
         if self.layout != "auto":
             return self.layout == "sharded"
         shards = self.host.topology.shards_state  # no process holds the whole model
+        if shards and self.asynchronous:  # gathering the whole state onto rank 0 would stop training
+            return True
         state_bytes = 3 * sum(p.numel() * p.element_size() for p in owner.module.parameters())  # + Adam's two
         return bool(shards) and state_bytes >= SHARDED_CHECKPOINT_MIN_BYTES
 
