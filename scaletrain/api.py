@@ -39,6 +39,7 @@ from .defaults import HANG_TIMEOUT_S
 from .devices import choose_device, pin_cores, threads_per_process
 from .environment import DistEnv, detect
 from .errors import UsageError, arg
+from .fault.evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
 from .memory import MemoryMeter
 from .steady_memory import make_steady, wanted
@@ -330,12 +331,13 @@ class Run(RunCollectives):
             self.memory.reset_peak()
 
     # -- communication helpers ----------------------------------------------------------
-    def watch(self, name: str):
+    def watch(self, name: str, nbytes: Optional[int] = None):
         """Context for a blocking operation of your own (a collective, a wait on peers): if
-        it outlasts the timeout while a peer is silent or elsewhere, that peer is named and
-        this process exits (see docs/fault-tolerance.md). train_step, evaluate, sum, mean,
-        barrier and checkpoints are watched already."""
-        return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
+        it outlasts the timeout while a peer is silent or elsewhere, that peer is named, every
+        rank's stacks and last collectives are written into the run's folder, and this process
+        exits (see docs/fault-tolerance.md). `nbytes`: what it carries, for that record.
+        train_step, evaluate, sum, mean, barrier and checkpoints are watched already."""
+        return self._watchdog.op(name, nbytes) if self._watchdog is not None else contextlib.nullcontext()
 
     # -- checkpoints --------------------------------------------------------------------
     def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto",
@@ -487,7 +489,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
          tracker_dir: Optional[str | Path] = None, steady_memory: Optional[bool] = None,
-         **strategy_options: Any) -> Run:
+         dump_dir: Optional[str | Path] = None, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
@@ -499,7 +501,9 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     "mlflow", "csv") or tracker objects, opened on rank 0 and writing under `tracker_dir`
     (default: a new folder under runs/); see `run.log`. `steady_memory`: give freed tensors of
     2 MB and more back to the system at once, so that a CPU process's resident memory is what
-    it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says)."""
+    it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says). `dump_dir`: where
+    a hang's evidence goes, every rank's stacks and last collectives in `hang-<attempt>/`
+    (default: `tracker_dir`, else `runs/`)."""
     env = detect(os.environ if environ is None else environ)
     if wanted(steady_memory, os.environ if environ is None else environ):
         make_steady()  # before the model and the data: every large tensor from here on
@@ -521,8 +525,10 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     run = Run(env, strat, ctx, owns_group=False, seed=seed or 0)
     run.cores = cores
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
+    enable_flight_recorder()  # torch records the group's collectives, for a hang's evidence
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
-    run._watchdog = start_watchdog(env, wait)
+    dumps = Path(dump_dir) if dump_dir is not None else Path(tracker_dir) if tracker_dir is not None else Path("runs")
+    run._watchdog = start_watchdog(env, wait, dumps.absolute())
     run.background_saves.timeout = backstop_timeout(wait)
     run.memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
     if trackers:

@@ -36,7 +36,8 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
-              pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
+              pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, dump_dir=out,
+              **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         task = get_task(config.task or workload.task or derive(train_set[0]))
         with fits_in_memory(run):
