@@ -44,9 +44,12 @@ def bounded(call: Callable[[], Any], seconds: float = STORE_DEADLINE_S) -> Any:
 class HangEvidence:
     """One rank's part in a hang's dump, into `folder`."""
 
-    def __init__(self, rank: int, world_size: int, prefix: str, folder: Path, ops: evidence.OpLog):
+    def __init__(self, rank: int, world_size: int, prefix: str, folder: Path, ops: evidence.OpLog,
+                 refresh_s: float = 5.0):
         self.rank, self.world_size, self.prefix, self.folder, self.ops = rank, world_size, prefix, Path(folder), ops
+        self.refresh_s = refresh_s  # published again at least this often, whatever the rank is doing
         self._published_since: Optional[float] = None
+        self._published_at = -float("inf")
         self._dumped = False
 
     def _key(self, *parts) -> str:
@@ -55,12 +58,15 @@ class HangEvidence:
     # -- the heartbeat thread's side ----------------------------------------------------
     def publish(self, store, op: Optional[str], since: float, step: int) -> None:
         """Publishes this rank's evidence once per operation that has lasted a moment (its
-        collective issued), so that it shows where the rank is if it freezes there."""
-        if op is None or since == self._published_since or time.monotonic() - since < 0.1:
+        collective issued), so that it shows where the rank is if it freezes there; and every
+        `refresh_s` whatever it is doing (steps too short for a beat to fall inside one)."""
+        now = time.monotonic()
+        in_new_op = op is not None and since != self._published_since and now - since >= 0.1
+        if not in_new_op and now - self._published_at < self.refresh_s:
             return
         record = evidence.record(self.rank, self.ops, op, step, last=evidence.PUBLISHED_ENTRIES)
         store.set(self._key("evidence", self.rank), json.dumps(record))
-        self._published_since = since
+        self._published_since, self._published_at = (since if op is not None else None), now
 
     def answer_request(self, store, op: Optional[str], step: int) -> None:
         """Writes this rank's evidence when another rank has asked for it (once)."""

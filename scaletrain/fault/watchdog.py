@@ -76,8 +76,8 @@ class Watchdog:
         self.verdict: Optional[dict] = None  # what diagnose found, for the hang's dump
         self.ops = OpLog()  # scaletrain's own record of the operations it marked
         # When a hang is found, every rank's stacks and collectives go to DUMP_DIR/hang-<attempt>.
-        self.evidence = (HangEvidence(rank, world_size, self.prefix, Path(dump_dir) / f"hang-{attempt}", self.ops)
-                         if dump_dir is not None else None)
+        self.evidence = (HangEvidence(rank, world_size, self.prefix, Path(dump_dir) / f"hang-{attempt}", self.ops,
+                                      refresh_s=4 * self.interval) if dump_dir is not None else None)
         self._beat_store = self._connect()
         self._read_store = self._connect()
         self._beat()  # present from the start: "never reported" then means really never
