@@ -13,22 +13,21 @@ written by a thread while training goes on (background.py). Both layouts:
 Publishing is the same as a synchronous save's (layout.publish): checksums, then COMPLETE,
 then the rename, then `latest`. Until then the previous complete checkpoint stays the
 newest, so a process killed while a save is being written resumes from that one.
+
+Each function takes the Checkpointer (`ckpt`) whose save it carries out.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import collectives
 from . import checksums, layout, sharded
 from .safe_io import CheckpointError, save_state
 
-if TYPE_CHECKING:
-    from .checkpointer import Checkpointer
 
-
-def settle(ckpt: "Checkpointer", reason: str) -> None:
+def settle(ckpt, reason: str) -> None:
     """Waits for this run's checkpoint in flight, if any, and makes its outcome every rank's:
     a save that failed raises CheckpointError here on every rank (collective: every rank has
     started the same saves). `reason`: what waits ("checkpoint at step 40"), for the line
@@ -50,7 +49,7 @@ def settle(ckpt: "Checkpointer", reason: str) -> None:
                               f"the checkpoint of step {step} could not be written: {problem}")
 
 
-def save_sharded(ckpt: "Checkpointer", step: int, owner, optimizer, small: dict) -> Path:
+def save_sharded(ckpt, step: int, owner, optimizer, small: dict) -> Path:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
 
@@ -90,7 +89,7 @@ def save_sharded(ckpt: "Checkpointer", step: int, owner, optimizer, small: dict)
     return ckpt.directory / layout.checkpoint_name(step)
 
 
-def save_full(ckpt: "Checkpointer", step: int, owner, optimizer, small: dict) -> Path:
+def save_full(ckpt, step: int, owner, optimizer, small: dict) -> Path:
     saves = ckpt.host.background_saves
     state = owner.state_dict(True, optimizer)  # collective: the whole state gathered onto rank 0
     if ckpt.host.ctx.rank == 0:
