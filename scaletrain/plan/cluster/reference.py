@@ -84,9 +84,24 @@ def _rotate(x, cos, sin):
     return x * cos + rotated * sin
 
 
+def gather(x, tp: int):
+    """Sequence parallel's all-gather of a layer's input along the sequence: the full tensor
+    written (its time is the collective's, costed apart)."""
+    return x.repeat(1, tp, 1) if tp > 1 else x
+
+
+def scatter(x, tp: int):
+    """Sequence parallel's reduce-scatter: tp partial sums in, this rank's sequence share out."""
+    if tp == 1:
+        return x
+    b, s, h = x.shape
+    return x.view(b, tp, s // tp, h).sum(1)
+
+
 class Layer(nn.Module):
-    def __init__(self, shape: ModelShape, tp: int, attention: str, float8: bool):
+    def __init__(self, shape: ModelShape, tp: int, attention: str, float8: bool, sequence_parallel: bool = False):
         super().__init__()
+        self.sp = tp if sequence_parallel else 1
         self.llama = shape.family == "llama"
         h, d = shape.hidden, shape.head_dim
         self.heads, self.kv_heads, self.d = shape.heads // tp, max(1, shape.kv_heads // tp), d
@@ -104,8 +119,8 @@ class Layer(nn.Module):
         self.w2 = Linear(ffn, h, bias, float8)
 
     def forward(self, x, cos, sin):
-        x = x + self._drop(self._attend(self.norm1(x), cos, sin))
-        return x + self._drop(self._mlp(self.norm2(x)))
+        x = x + self._drop(scatter(self._attend(gather(self.norm1(x), self.sp), cos, sin), self.sp))
+        return x + self._drop(scatter(self._mlp(gather(self.norm2(x), self.sp)), self.sp))
 
     def _drop(self, x):
         return F.dropout(x, self.dropout, training=True) if self.dropout else x
@@ -141,13 +156,14 @@ class ReferenceLM(nn.Module):
     """Embedding, `layers` decoder layers, the final norm, the output head and the loss."""
 
     def __init__(self, shape: ModelShape, layers: int, tp: int = 1, attention: str = "flash",
-                 float8: bool = False):
+                 float8: bool = False, sequence_parallel: bool = False):
         super().__init__()
         self.shape = shape
+        self.sp = tp if sequence_parallel else 1
         h = shape.hidden
         self.embed = nn.Embedding(shape.vocab // tp, h)
         self.positions = nn.Embedding(shape.max_positions, h) if shape.learned_positions else None
-        self.layers = nn.ModuleList(Layer(shape, tp, attention, float8) for _ in range(layers))
+        self.layers = nn.ModuleList(Layer(shape, tp, attention, float8, sequence_parallel) for _ in range(layers))
         self.norm = RMSNorm(h) if shape.family == "llama" else nn.LayerNorm(h)
         self.head = Linear(h, shape.vocab // tp, False)  # the output layer stays bf16 under float8 (torchtitan)
         if shape.tie_embeddings:
@@ -165,8 +181,10 @@ class ReferenceLM(nn.Module):
             cos, sin = angles.cos()[None, :, None, :].to(x.dtype), angles.sin()[None, :, None, :].to(x.dtype)
         if self.shape.dropout:
             x = F.dropout(x, self.shape.dropout, training=True)
+        if self.sp > 1:  # the residual stream holds this rank's share of the sequence
+            x = x[:, : s // self.sp].contiguous()
         for layer in self.layers:
             x = wrap(layer, x, cos, sin) if wrap is not None else layer(x, cos, sin)
-        logits = self.head(self.norm(x))
+        logits = self.head(gather(self.norm(x), self.sp))
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]),
                                labels.clamp(max=logits.shape[-1] - 1).view(-1))

@@ -39,6 +39,7 @@ class Variant:
     checkpointing: str = "none"  # none, full, selective (every product kept), selective-alternate
     float8: bool = False
     attention: str = "flash"
+    sequence_parallel: bool = True  # with tp > 1: norms and the residual stream split along the sequence
 
 
 @dataclass
@@ -88,7 +89,8 @@ def _trace(shape: ModelShape, variant: Variant, layers: int) -> Costs:
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.bfloat16)
         try:
-            model = ReferenceLM(shape, layers, variant.tp, variant.attention, variant.float8)
+            model = ReferenceLM(shape, layers, variant.tp, variant.attention, variant.float8,
+                                variant.sequence_parallel and variant.tp > 1)
         finally:
             torch.set_default_dtype(previous)
         for p in model.parameters():  # gradients leave at once: the sharded ones are counted apart

@@ -1,0 +1,64 @@
+"""Memory per GPU at the step's peak, in parts:
+
+- parameters, gradients and optimizer state: FSDP keeps fp32 parameters, fp32 gradients and
+  AdamW's two fp32 moments sharded over dp_shard (16 bytes a parameter ÷ dp_shard); without
+  sharding (DDP, Megatron-LM) each GPU holds bf16 parameters and fp32 main gradients,
+  master weights and moments of its tensor- and pipeline-parallel share (18 bytes);
+- gathered blocks: the bf16 blocks FSDP has gathered (the one computing and the one prefetched,
+  in forward and in backward; a pipeline stage keeps its whole stage gathered for the step)
+  and a block's gradients on their way to the reduce-scatter;
+- activations: what the traced layer keeps for backward (under the configuration's activation
+  checkpointing, measured from the trace: torch's own checkpointing ran there), × the layers
+  of the stage × the micro-batches a pipeline stage holds at once (1F1B: the stage's distance
+  from the end; interleaved: a little more);
+- the step's transient: the rest of the traced step's peak (the output head's logits and the
+  loss's float copies on the last stage, a layer's recomputation and gradients);
+- buffers: the allocator's rounding and NCCL's, a fixed share (ALLOCATOR_SHARE) of the rest.
+"""
+
+from __future__ import annotations
+
+from .compute import activation_bytes, peak_bytes
+from .config import ClusterConfig, Scenario
+
+#: Reserved beyond what tensors hold: the caching allocator's block rounding and split blocks.
+ALLOCATOR_SHARE = 0.05
+#: NCCL's communicators and buffers and the process's CUDA workspace, per GPU (bytes).
+COMMUNICATION_BUFFERS = 1.0e9
+
+
+def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_layer_costs, params_rank: float,
+                 chunks: list, microbatches: int) -> dict:
+    shape = scenario.shape
+    mb = config.microbatch
+    layer_params = shape.layer_parameters / config.tp
+    if config.dp_shard > 1:
+        params = 4 * params_rank / config.dp_shard
+        grads = 4 * params_rank / config.dp_shard
+        optimizer = 8 * params_rank / config.dp_shard
+        gathered = params_rank * 2 if config.pp > 1 else 2 * 2 * layer_params
+        gathered += 4 * layer_params  # one block's fp32 gradients before their reduce-scatter
+    else:
+        params = 2 * params_rank
+        grads = 4 * params_rank
+        optimizer = 12 * params_rank
+        gathered = 0.0
+    saved = activation_bytes(layer_costs, mb)
+    in_flight = _in_flight(config, microbatches)
+    layers_here = max(chunks)
+    activations = saved * layers_here * in_flight
+    transient = max(0.0, peak_bytes(one_layer_costs, mb) - saved)
+    parts = {"parameters": params, "gradients": grads, "optimizer": optimizer, "gathered_blocks": gathered,
+             "activations": activations, "transient": transient}
+    parts["buffers"] = ALLOCATOR_SHARE * sum(parts.values()) + COMMUNICATION_BUFFERS
+    return parts
+
+
+def _in_flight(config: ClusterConfig, microbatches: int) -> float:
+    """Micro-batches whose activations the busiest pipeline rank holds at once."""
+    if config.pp == 1:
+        return 1.0
+    if config.schedule == "interleaved" and config.stages_per_rank > 1:
+        v = config.stages_per_rank
+        return min(microbatches, config.pp) * (1 + (config.pp - 1) / (config.pp * v))
+    return min(microbatches, config.pp)
