@@ -165,6 +165,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the measurements and predictions as JSON")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="also write the JSON to FILE (launched: this probe job's measurements)")
+    from .plan_cluster import add_cluster_arguments
+
+    add_cluster_arguments(p)  # --hardware: a GPU cluster, predicted from a hardware profile
 
 
 def options_from_args(args: argparse.Namespace, device_type: str):
@@ -227,6 +230,10 @@ def be_a_probe_rank(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..environment import detect
 
+    if getattr(args, "hardware", None):
+        from .plan_cluster import run_cluster
+
+        return run_cluster(args)
     apply_steady_memory(args)
     if detect(os.environ).launched:
         return be_a_probe_rank(args)
