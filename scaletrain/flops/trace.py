@@ -97,10 +97,20 @@ class StepTrace:
 
 def phase() -> str:
     """Inside backward, an operator that records autograd history is a checkpointed block's
-    forward run again (backward formulas run without grad mode)."""
+    forward run again (backward formulas run without grad mode); so is one run under the
+    saved-tensor hooks torch's checkpoint sets for its recomputation (inside a custom
+    autograd Function's forward, which runs without grad mode)."""
     if torch._C._current_graph_task_id() == -1:
         return "forward"
-    return "recompute" if torch.is_grad_enabled() else "backward"
+    if torch.is_grad_enabled():
+        return "recompute"
+    try:
+        top = torch._C._autograd._top_saved_tensors_default_hooks(True)
+    except (AttributeError, TypeError, RuntimeError):
+        top = None
+    if top and "_recomputation_hook" in getattr(top[0], "__qualname__", ""):
+        return "recompute"
+    return "backward"
 
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64",

@@ -142,7 +142,11 @@ class Layer(nn.Module):
             group = self.heads // self.kv_heads
             k = k[:, :, None].expand(b, self.kv_heads, group, s, self.d).reshape(b, self.heads, s, self.d)
             v = v[:, :, None].expand(b, self.kv_heads, group, s, self.d).reshape(b, self.heads, s, self.d)
-        if self.attention == "flash":
+        if self.attention == "flash" and q.device.type == "meta":
+            # traced on the meta device: the flash kernel itself (SDPA's dispatcher would
+            # pick the math path for meta tensors); the CPU's has the CUDA kernels' outputs
+            out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0]
+        elif self.attention == "flash":
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # two batched products and a masked softmax (Megatron-LM's and GPT-2's own)
             scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d))
