@@ -7,7 +7,11 @@
   over sequence lengths, causal and not, as TFLOP/s counted the way torch's FLOP counter
   counts them (the whole score matrix);
 - memory-bound kernels (copy, add, multiply, SiLU, dtype casts) as bytes moved per second,
-  and one small kernel's launch overhead.
+  and one small kernel's launch overhead;
+- whole transformer layers (the planner's own reference layer, forward and backward, in the
+  shapes of Llama 3 8B and of a 70B layer split 8 ways) timed as a training step runs them,
+  against the sum of their kernels' times from the figures just measured: the in-step
+  efficiency, how much slower kernels run in a step (fresh inputs, caches, power) than alone.
 
 It writes DIR/<profile>.json (`h200.json` on an H200: the name of the profile whose
 cuda_names holds this GPU, else gpu.json) with the GPU's name and torch's version; commit it
@@ -175,6 +179,60 @@ def launch_overhead(device) -> float:
     return (time.perf_counter() - start) / count * 1e6
 
 
+def layers_in_step(device, result: dict, dry: bool) -> list[dict]:
+    """Measured time of the planner's reference layers (forward + backward, bf16, flash
+    attention) against the planner's prediction of the same layers from `result`."""
+    from scaletrain.hardware import HardwareProfile
+    from scaletrain.hardware.calibration import Calibration
+    from scaletrain.plan.cluster.compute import part_time
+    from scaletrain.plan.cluster.reference import ReferenceLM
+    from scaletrain.plan.cluster.shapes import BUILTIN, ModelShape
+    from scaletrain.plan.cluster.traced import Variant, trace
+
+    calibration = Calibration.from_dict({**result, "layer_efficiency": 1.0}, "just measured")
+    profile = HardwareProfile("measured", "", (), 0, 0, 8, {"bf16": 1e15}, {}, {}, "", calibration)
+    if dry:
+        cases = [(ModelShape("tiny", "llama", 64, 2, 4, 2, 16, 128, 256, 256), 1, 64, 2, "none")]
+    else:
+        s8, s70 = BUILTIN["llama3-8b"], BUILTIN["llama3-70b"]
+        cases = [(s8, 1, 8192, 1, "none"), (s8, 1, 4096, 2, "full"), (s70, 8, 8192, 2, "none")]
+    rows = []
+    for shape, tp, seq, mb, ac in cases:
+        layers = 2 if dry else 4
+        torch.manual_seed(0)
+        with torch.device(device):
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            model = ReferenceLM(shape, layers, tp=tp)
+            torch.set_default_dtype(previous)
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        stack = torch.nn.Sequential(*model.layers)
+        x = torch.randn(mb, seq, shape.hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
+        angles = torch.arange(seq, device=device, dtype=torch.float32)[:, None] * torch.ones(shape.head_dim, device=device)
+        cos, sin = angles.cos()[None, :, None, :].to(x.dtype), angles.sin()[None, :, None, :].to(x.dtype)
+        grad = torch.randn_like(x)
+
+        def step():
+            y = x
+            for layer in stack:
+                y = torch.utils.checkpoint.checkpoint(layer, y, cos, sin, use_reentrant=False) if ac == "full" \
+                    else layer(y, cos, sin)
+            y.backward(grad)
+        for _ in range(2):
+            step()
+        measured = timed(step, device, 4 if dry else 10, budget_s=2.0) / layers
+        layer_costs, _rest, _one = trace(shape, Variant(tp, seq, ac))
+        predicted = part_time(layer_costs, profile, mb, fused=False).total
+        rows.append({"model": shape.name, "tp": tp, "seq": seq, "microbatch": mb, "checkpointing": ac,
+                     "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3,
+                     "efficiency": predicted / measured})
+        print(f"  layer {shape.name} tp {tp} seq {seq} mb {mb} AC {ac}: measured {measured * 1e3:.2f} ms, kernels "
+              f"alone {predicted * 1e3:.2f} ms ({predicted / measured:.0%})", flush=True)
+        del model, stack, x, grad
+    return rows
+
+
 def _name(dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
@@ -204,6 +262,9 @@ def main(argv=None) -> int:
                                     16 if dry else 128, repeat=3 if dry else 5)
     print(f"attention: {len(result['attention'])} rows ({time.perf_counter() - started:.0f} s)", flush=True)
     result["memory"] = memory_bound(device, (2 ** 20,) if dry else (2 ** 27, 2 ** 29, 2 ** 30), repeat=3 if dry else 8)
+    result["layers"] = layers_in_step(device, result, dry)
+    values = sorted(r["efficiency"] for r in result["layers"])
+    result["layer_efficiency"] = values[len(values) // 2]
     result["seconds"] = time.perf_counter() - started
     profile, _ = (None, "") if dry else for_device_name(name)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -226,6 +287,8 @@ def summary(result: dict) -> None:
               f"backward {r['backward_tflops']:.0f} TFLOP/s (counted)")
     mem = [r["gb_per_s"] for r in result["memory"]]
     print(f"  memory-bound: {min(mem):.0f}–{max(mem):.0f} GB/s; launch {result['kernel_overhead_us']:.1f} µs per kernel")
+    print(f"  in a step, kernels run at {result['layer_efficiency']:.0%} of their speed alone (median of "
+          f"{len(result['layers'])} layer shapes)")
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ machine here could hold, traced for the cluster planner in a fraction of a secon
 
 from __future__ import annotations
 
+import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count, shape_wrapper
 
 aten = torch.ops.aten
@@ -54,9 +55,29 @@ CUSTOM_FLOPS = {
 _CUSTOM_WRAPPED = {k: shape_wrapper(v) for k, v in CUSTOM_FLOPS.items()}
 
 
+def _dtensor_type():
+    """DTensor where something imported it (no DTensor exists otherwise; importing it costs
+    half a second)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
+def _has_dtensor(args, kwargs) -> bool:
+    dtensor = _dtensor_type()
+    return dtensor is not None and any(isinstance(x, dtensor) for x in tree_flatten((args, kwargs))[0])
+
+
+def _local(x):
+    dtensor = _dtensor_type()
+    return x._local_tensor if dtensor is not None and isinstance(x, dtensor) else x
+
+
 def op_flops(func, args, kwargs, out) -> int:
-    """FLOPs of one operator as `FlopCounterMode(custom_mapping=CUSTOM_FLOPS)` counts them."""
+    """FLOPs of one operator as `FlopCounterMode(custom_mapping=CUSTOM_FLOPS)` counts them;
+    on DTensors, this process's local pieces (a tensor-parallel shard's share, not the whole)."""
     packet = func._overloadpacket
+    if _has_dtensor(args, kwargs):
+        args, kwargs, out = tree_map(_local, (args, kwargs, out))
     formula = _CUSTOM_WRAPPED.get(packet) or flop_registry.get(packet)
     return int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
 

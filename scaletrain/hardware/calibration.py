@@ -22,6 +22,7 @@ class Calibration:
     attention: tuple = ()  # (seq, causal, forward flop/s, backward flop/s), counted as torch counts
     memory_bytes_per_s: float = 0.0
     kernel_overhead_s: float = 0.0
+    layer_efficiency: float = 1.0  # whole layers' kernels' time alone ÷ the layers' measured time
     measured_at: str = ""
 
     @classmethod
@@ -31,11 +32,14 @@ class Calibration:
             matmul.setdefault(row["dtype"], []).append((row["m"], row["n"], row["k"], row["tflops"] * 1e12))
         attention = tuple((row["seq"], bool(row["causal"]), row["forward_tflops"] * 1e12,
                            row["backward_tflops"] * 1e12) for row in data.get("attention", []))
-        memory = [row["gb_per_s"] * 1e9 for row in data.get("memory", []) if row.get("bytes", 0) >= 2 ** 26]
+        rows = data.get("memory", [])
+        large = [row for row in rows if row.get("bytes", 0) >= 2 ** 26] or rows  # beyond the caches where measured
+        memory = [row["gb_per_s"] * 1e9 for row in large]
         return cls(gpu_name=data.get("gpu_name", "?"), torch_version=data.get("torch_version", "?"), source=source,
                    matmul=matmul, attention=attention,
                    memory_bytes_per_s=sorted(memory)[len(memory) // 2] if memory else 0.0,
                    kernel_overhead_s=float(data.get("kernel_overhead_us", 0.0)) * 1e-6,
+                   layer_efficiency=float(data.get("layer_efficiency", 1.0)),
                    measured_at=data.get("measured_at", ""))
 
     def has_matmul(self, dtype: str) -> bool:
