@@ -82,6 +82,15 @@ class HardwareProfile:
         work = counted_flops * (0.5 if causal and seq_q == seq_k else 1.0)
         return work / (self.peak("bf16") * self.efficiency.get("attention", 0.45)) + self.kernel_overhead()
 
+    @property
+    def in_step(self) -> float:
+        """How fast kernels run inside a training step against alone (fresh inputs from memory
+        rather than caches, sustained power): measured by the calibration's whole layers, else
+        the profile's figure."""
+        if self.calibration is not None and self.calibration.layer_efficiency != 1.0:
+            return self.calibration.layer_efficiency
+        return float(self.efficiency.get("in_step", 1.0))
+
     def memory_rate(self) -> float:
         """Bytes per second an elementwise kernel moves (read + written)."""
         if self.calibration is not None and self.calibration.memory_bytes_per_s:

@@ -17,7 +17,7 @@ from ..batches import batch_size_of
 from ..parallel.meta_init import uninitialisable
 from ..errors import UsageError, arg
 from ..startup import command_age
-from ..workloads import get_workload
+from ..workloads.model_config import workload_for
 from ..workloads.tasks import derive, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
@@ -33,7 +33,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     `resume_checked`: the command that started the run checked what --resume will load and
     showed its notes, so they are not shown again."""
     started = time.perf_counter()
-    workload = get_workload(config.workload, config.model, config.dataset)
+    workload = workload_for(config)
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,

@@ -33,29 +33,28 @@ def part_time(costs: Costs, profile, microbatch: int, fused: bool, cp: int = 1) 
     """`cp`: context-parallel degree; the traced sequence is this GPU's share, and its queries
     meet every key of the sequence as the ring passes them round (cp chunks of attention)."""
     scale = microbatch / TRACE_MB
+    slower = 1.0 / profile.in_step  # kernels in a step run slower than alone
     by_phase = {p: 0.0 for p in PHASES}
     kinds = {"matmul": 0.0, "attention": 0.0, "memory": 0.0}
     for phase, m, n, k, batch, dtype, tm, tn, tk, tb in costs.matmuls:
-        seconds = profile.matmul_seconds(_scaled(m, tm, scale), _scaled(n, tn, scale), _scaled(k, tk, scale),
-                                         dtype or "bf16", _scaled(batch, tb, scale))
+        seconds = slower * profile.matmul_seconds(_scaled(m, tm, scale), _scaled(n, tn, scale),
+                                                  _scaled(k, tk, scale), dtype or "bf16", _scaled(batch, tb, scale))
         by_phase[phase] += seconds
         kinds["matmul"] += seconds
     for phase, flops, _batch, seq_q, seq_k, causal, backward in costs.attention:
-        seconds = profile.attention_seconds(flops * scale, seq_q, seq_k, causal, backward) * cp
+        seconds = slower * profile.attention_seconds(flops * scale, seq_q, seq_k, causal, backward) * cp
         by_phase[phase] += seconds
         kinds["attention"] += seconds
     for (phase, how), (token_bytes, other_bytes, kernels) in costs.memory.items():
         if how != ("fused" if fused else "eager"):
             continue
-        seconds = profile.memory_seconds(max(0.0, token_bytes * scale + other_bytes), max(0, int(kernels)))
+        seconds = slower * profile.memory_seconds(max(0.0, token_bytes * scale + other_bytes), max(0, int(kernels)))
         by_phase[phase] += seconds
         kinds["memory"] += seconds
     flops = {p: costs.flops.get(p, 0) * scale for p in PHASES}
-    attention_flops = sum(a[1] for a in costs.attention) * scale
     if cp > 1:  # the ring's other chunks: attention's FLOPs × cp
         for a in costs.attention:
             flops[a[0]] += a[1] * scale * (cp - 1)
-    del attention_flops
     return PartTime(by_phase["forward"], by_phase["backward"], by_phase["recompute"], kinds["matmul"],
                     kinds["attention"], kinds["memory"], flops)
 

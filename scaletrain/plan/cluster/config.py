@@ -37,6 +37,11 @@ class ClusterConfig:
     overlap_grad_reduce: bool = True  # data parallel's reduction hidden behind backward where it can be
     attention: str = "flash"  # flash, or eager (two products and a softmax)
     sequence_parallel: bool = True  # tensor parallel splits norms and the residual stream along the sequence
+    fsdp_casts: bool = False  # FSDP2 wraps even an unsharded model (one process): its gathers and casts
+
+    @property
+    def fsdp(self) -> bool:
+        return self.dp_shard > 1 or self.fsdp_casts
 
     @property
     def world(self) -> int:

@@ -32,7 +32,7 @@ def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_lay
     shape = scenario.shape
     mb = config.microbatch
     layer_params = shape.layer_parameters / config.tp
-    if config.dp_shard > 1:
+    if config.fsdp:
         params = 4 * params_rank / config.dp_shard
         grads = 4 * params_rank / config.dp_shard
         optimizer = 8 * params_rank / config.dp_shard

@@ -154,7 +154,7 @@ def _optimizer_seconds(profile, params_rank: float, config: ClusterConfig) -> fl
     for their reduction (a read and a write each, per gather)."""
     shard = params_rank / config.dp_shard
     moved = 28 * shard
-    if config.dp_shard > 1:
+    if config.fsdp:
         moved += params_rank * (2 + 2) * 2 + params_rank * (2 + 4)
     return profile.memory_seconds(moved, kernels=8)
 
