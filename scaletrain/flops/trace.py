@@ -104,6 +104,7 @@ class StepTrace:
     # Live bytes after each operator: (token-shaped, other), and where forward ended.
     timeline: list = field(default_factory=list)
     forward_end: Optional[int] = None
+    largest: tuple = (0, 0)  # the largest tensor made: (bytes if token-shaped, bytes otherwise)
 
     @property
     def model_flops(self) -> int:
@@ -209,6 +210,8 @@ class TraceMode(TorchDispatchMode):
                 nbytes = storage.nbytes()
                 slot = 0 if tokens else 1
                 self._live[slot] += nbytes
+                if nbytes > self.trace.largest[slot]:
+                    self.trace.largest = (nbytes, self.trace.largest[1]) if tokens else (self.trace.largest[0], nbytes)
                 weakref.finalize(storage, self._free, slot, nbytes)
         return (serial, size, tokens)
 

@@ -91,6 +91,13 @@ class HardwareProfile:
             return self.calibration.layer_efficiency
         return float(self.efficiency.get("in_step", 1.0))
 
+    @property
+    def multi_gpu(self) -> float:
+        """How fast a GPU computes in a synchronous job of many against alone: every step waits
+        for the slowest GPU, and NCCL's kernels share the SMs and memory while they overlap
+        compute. A figure of the profile (no multi-GPU measurement exists in this project)."""
+        return float(self.efficiency.get("multi_gpu", 1.0))
+
     def memory_rate(self) -> float:
         """Bytes per second an elementwise kernel moves (read + written)."""
         if self.calibration is not None and self.calibration.memory_bytes_per_s:

@@ -29,11 +29,12 @@ class PartTime:
         return self.forward + self.backward + self.recompute
 
 
-def part_time(costs: Costs, profile, microbatch: int, fused: bool, cp: int = 1) -> PartTime:
+def part_time(costs: Costs, profile, microbatch: int, fused: bool, cp: int = 1, efficiency: float = 1.0) -> PartTime:
     """`cp`: context-parallel degree; the traced sequence is this GPU's share, and its queries
-    meet every key of the sequence as the ring passes them round (cp chunks of attention)."""
+    meet every key of the sequence as the ring passes them round (cp chunks of attention).
+    `efficiency`: the share of its speed alone a GPU keeps in a job of many (profile.multi_gpu)."""
     scale = microbatch / TRACE_MB
-    slower = 1.0 / profile.in_step  # kernels in a step run slower than alone
+    slower = 1.0 / (profile.in_step * efficiency)  # kernels in a step (of a job of many) run slower than alone
     by_phase = {p: 0.0 for p in PHASES}
     kinds = {"matmul": 0.0, "attention": 0.0, "memory": 0.0}
     for phase, m, n, k, batch, dtype, tm, tn, tk, tb in costs.matmuls:
@@ -66,6 +67,11 @@ def _scaled(size: int, is_tokens: bool, scale: float) -> int:
 def activation_bytes(costs: Costs, microbatch: int) -> float:
     """What the part keeps for backward at the end of forward, at this micro-batch."""
     return costs.saved[0] * microbatch / TRACE_MB + costs.saved[1]
+
+
+def largest_bytes(costs: Costs, microbatch: int) -> float:
+    """The largest single tensor of the traced step, at this micro-batch."""
+    return max(costs.largest[0] * microbatch / TRACE_MB, costs.largest[1])
 
 
 def peak_bytes(costs: Costs, microbatch: int) -> float:

@@ -13,17 +13,21 @@
   from the end; interleaved: a little more);
 - the step's transient: the rest of the traced step's peak (the output head's logits and the
   loss's float copies on the last stage, a layer's recomputation and gradients);
-- buffers: the allocator's rounding and NCCL's, a fixed share (ALLOCATOR_SHARE) of the rest.
+- allocator: what PyTorch's caching allocator reserves beyond the tensors live at the peak:
+  the segment of the step's largest transient tensor (the loss's float logits, typically),
+  freed and kept, which the differently sized tensors after it do not reuse;
+- buffers: NCCL's communicators and buffers (a job of more than one GPU).
+A pipeline stage under FSDP keeps its gradients unsharded, in fp32, until the last
+micro-batch's backward reduces them (torch's pipeline schedules turn the reduction off for the
+others).
 """
 
 from __future__ import annotations
 
-from .compute import activation_bytes, peak_bytes
+from .compute import activation_bytes, largest_bytes, peak_bytes
 from .config import ClusterConfig, Scenario
 
-#: Reserved beyond what tensors hold: the caching allocator's block rounding and split blocks.
-ALLOCATOR_SHARE = 0.05
-#: NCCL's communicators and buffers and the process's CUDA workspace, per GPU (bytes).
+#: NCCL's communicators and buffers, per GPU of a job of several (bytes).
 COMMUNICATION_BUFFERS = 1.0e9
 
 
@@ -38,6 +42,8 @@ def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_lay
         optimizer = 8 * params_rank / config.dp_shard
         gathered = params_rank * 2 if config.pp > 1 else 2 * 2 * layer_params
         gathered += 4 * layer_params  # one block's fp32 gradients before their reduce-scatter
+        if config.pp > 1 and microbatches > 1:  # the stage's gradients accumulate unsharded, fp32
+            gathered += 4 * params_rank
     else:
         params = 2 * params_rank
         grads = 4 * params_rank
@@ -48,17 +54,20 @@ def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_lay
     layers_here = max(chunks)
     activations = saved * layers_here * in_flight
     transient = max(0.0, peak_bytes(one_layer_costs, mb) - saved)
-    parts = {"parameters": params, "gradients": grads, "optimizer": optimizer, "gathered_blocks": gathered,
-             "activations": activations, "transient": transient}
-    parts["buffers"] = ALLOCATOR_SHARE * sum(parts.values()) + COMMUNICATION_BUFFERS
-    return parts
+    return {"parameters": params, "gradients": grads, "optimizer": optimizer, "gathered_blocks": gathered,
+            "activations": activations, "transient": transient,
+            "allocator": largest_bytes(one_layer_costs, mb),
+            "buffers": COMMUNICATION_BUFFERS if scenario.gpus > 1 else 0.0}
 
 
 def _in_flight(config: ClusterConfig, microbatches: int) -> float:
-    """Micro-batches whose activations the busiest pipeline rank holds at once."""
-    if config.pp == 1:
+    """Micro-batches whose activations the busiest pipeline rank (the first) holds at once, in
+    units of its whole share of layers: 1F1B's warm-up forwards, min(m, p); interleaved,
+    torch's ScheduleInterleaved1F1B's warm-up of (v − 1)·p + 2(p − 1) chunk forwards (at most
+    all m·v of them) plus the one in hand, each a 1/v share."""
+    p, m, v = config.pp, microbatches, config.stages_per_rank
+    if p == 1:
         return 1.0
-    if config.schedule == "interleaved" and config.stages_per_rank > 1:
-        v = config.stages_per_rank
-        return min(microbatches, config.pp) * (1 + (config.pp - 1) / (config.pp * v))
-    return min(microbatches, config.pp)
+    if config.schedule == "interleaved" and v > 1:
+        return min(m * v, (v - 1) * p + 2 * (p - 1) + 1) / v
+    return min(m, p)

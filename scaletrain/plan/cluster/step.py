@@ -44,8 +44,9 @@ def predict(config: ClusterConfig, scenario: Scenario) -> Prediction:
     shape, profile = scenario.shape, scenario.profile
     layer_costs, rest_costs, one = trace(shape, variant_of(config, scenario))
     mb, m = config.microbatch, microbatches(config, scenario)
-    layer = part_time(layer_costs, profile, mb, config.compile, config.cp)
-    rest = part_time(rest_costs, profile, mb, fused=False)  # compilers compile the blocks; the loss stays eager
+    slower = profile.multi_gpu if scenario.gpus > 1 else 1.0
+    layer = part_time(layer_costs, profile, mb, config.compile, config.cp, slower)
+    rest = part_time(rest_costs, profile, mb, fused=False, efficiency=slower)  # compilers compile blocks; the loss stays eager
     net = Network(profile)
     gpn = scenario.gpus_per_node
     tokens_mb = mb * scenario.seq // config.cp  # on this GPU

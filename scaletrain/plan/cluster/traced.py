@@ -51,6 +51,7 @@ class Costs:
     flops: dict = field(default_factory=dict)  # phase -> FLOPs
     saved: tuple = (0.0, 0.0)  # live after forward: (token bytes, other bytes)
     peak: list = field(default_factory=list)  # live during the step: [(token bytes, other bytes)]
+    largest: tuple = (0.0, 0.0)  # the largest tensor: (token bytes, other bytes)
 
 
 def _difference(two: Costs, one: Costs) -> Costs:
@@ -77,7 +78,7 @@ def trace(shape: ModelShape, variant: Variant) -> tuple:
     one, two = _trace(shape, variant, 1), _trace(shape, variant, 2)
     layer = _difference(two, one)
     rest = _difference(one, layer)
-    rest.peak = one.peak
+    rest.peak, rest.largest = one.peak, one.largest
     return layer, rest, one
 
 
@@ -152,6 +153,7 @@ def _compact(trace, tokens: int) -> Costs:
     if trace.forward_end:
         costs.saved = tuple(float(x) for x in trace.timeline[trace.forward_end - 1])
     costs.peak = [tuple(float(x) for x in point) for point in trace.timeline]
+    costs.largest = tuple(float(x) for x in trace.largest)
     return costs
 
 
