@@ -162,7 +162,7 @@ class ReferenceLM(nn.Module):
     def __init__(self, shape: ModelShape, layers: int, tp: int = 1, attention: str = "flash",
                  float8: bool = False, sequence_parallel: bool = False):
         super().__init__()
-        self.shape = shape
+        self.shape, self.tp = shape, tp
         self.sp = tp if sequence_parallel else 1
         h = shape.hidden
         self.embed = nn.Embedding(shape.vocab // tp, h)
@@ -189,6 +189,10 @@ class ReferenceLM(nn.Module):
             x = x[:, : s // self.sp].contiguous()
         for layer in self.layers:
             x = wrap(layer, x, cos, sin) if wrap is not None else layer(x, cos, sin)
-        logits = self.head(gather(self.norm(x), self.sp))
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]),
-                               labels.clamp(max=logits.shape[-1] - 1).view(-1))
+        logits = self.head(gather(self.norm(x), self.sp)).float()
+        labels = labels.clamp(max=logits.shape[-1] - 1).view(-1)
+        if self.tp > 1:  # vocabulary-parallel loss, as torch's loss_parallel computes it (max and sum all-reduced)
+            shifted = logits - logits.amax(-1, keepdim=True)
+            logits = shifted - torch.log(torch.exp(shifted).sum(-1, keepdim=True))
+            return F.nll_loss(logits.view(-1, logits.shape[-1]), labels)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels)

@@ -32,6 +32,8 @@ class Fixed:
     schedule: Optional[str] = None
     float8: bool = False
     compile: bool = False
+    software: tuple = ()  # (field, value) pairs of ClusterConfig every candidate takes (async_tp, attention, ...)
+    also: tuple = ()  # configurations predicted besides the search's (a published run's, say)
 
 
 def _divisors(n: int) -> list[int]:
@@ -63,9 +65,9 @@ def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
                             continue
                         for ac in acs:
                             for schedule, v in _schedules(pp, s.layers, fixed):
-                                out.append(ClusterConfig(replicate, shard, tp, pp, cp, mb, ac, fixed.float8,
-                                                         fixed.compile, schedule, v))
-    return out
+                                out.append(replace(ClusterConfig(replicate, shard, tp, pp, cp, mb, ac, fixed.float8,
+                                                                 fixed.compile, schedule, v), **dict(fixed.software)))
+    return out + [c for c in fixed.also if c not in out]
 
 
 def _data_parallel(dp: int, inner: int, gpn: int, fixed: Fixed) -> list[tuple[int, int]]:

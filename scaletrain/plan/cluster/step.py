@@ -4,7 +4,8 @@ of them the step hides, the pipeline's bubble from its schedule, and memory per 
 
 - Tensor parallel: per layer and micro-batch two collectives of the layer's activations in
   forward and two in backward (again in a recomputed forward), on the critical path; async TP
-  hides them behind the products they are split into, as far as those last.
+  hides them behind the products they are split into, as far as those last. With sequence
+  parallel each is an all-gather and a reduce-scatter; under float8 the all-gather moves fp8.
 - Context parallel: the ring passes every key-value chunk round, overlapped with the attention
   of the chunk in hand; what the attention does not cover is exposed.
 - FSDP: all-gather of each block's bf16 parameters (forward, and again in backward where
@@ -55,8 +56,10 @@ def predict(config: ClusterConfig, scenario: Scenario) -> Prediction:
     act_bytes = tokens_mb * shape.hidden * 2
     tp_group = group(config.tp, 1, gpn)
     forwards = 2 if config.checkpointing == "full" else 1  # a recomputed forward talks again
-    # (sequence parallel: an all-gather before and a reduce-scatter after each, the same bytes)
-    collective = net.all_gather(act_bytes, tp_group) + net.reduce_scatter(act_bytes, tp_group) \
+    # (sequence parallel: an all-gather before and a reduce-scatter after each, the same bytes;
+    # under float8 the all-gather moves the activations already cast to fp8, one byte each)
+    gathered = act_bytes / 2 if config.float8 else act_bytes
+    collective = net.all_gather(gathered, tp_group) + net.reduce_scatter(act_bytes, tp_group) \
         if config.sequence_parallel else net.all_reduce(act_bytes, tp_group)
     tp_per_layer = (2 * forwards + 2) * collective if config.tp > 1 else 0.0
     if config.async_tp:
@@ -88,7 +91,8 @@ def predict(config: ClusterConfig, scenario: Scenario) -> Prediction:
     send_s = net.send(sent, across_nodes=scenario.gpus // config.pp >= gpn) if config.pp > 1 else 0.0
     if config.pp == 1:
         pipeline_s = m * rank_s[0]
-    elif config.schedule == "1f1b" and m * config.pp <= SIMULATED_OPERATIONS:
+    elif config.schedule == "1f1b" and m < 4 * config.pp and m * config.pp <= SIMULATED_OPERATIONS:
+        # few micro-batches: the stages' differences and transfers decide; played out
         forward = [t * fwd_share for t in rank_s]
         backward = [t - f for t, f in zip(rank_s, forward)]
         pipeline_s = one_f_one_b_seconds(forward, backward, m, [net.net_latency] * config.pp, send_s)
