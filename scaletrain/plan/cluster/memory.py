@@ -71,3 +71,28 @@ def _in_flight(config: ClusterConfig, microbatches: int) -> float:
     if config.schedule == "interleaved" and v > 1:
         return min(m * v, (v - 1) * p + 2 * (p - 1) + 1) / v
     return min(m, p)
+
+
+def traced_step_bytes(build_model, make_batch) -> dict:
+    """The method above applied to any model: one training step's forward and backward traced
+    under fake tensors (on this machine's CPU: its kernels, e.g. its flash attention), the
+    live memory of its activations and transient tensors at their highest, and the
+    parameters' bytes — from which gradients and optimizer state follow by parts."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ...flops import TraceMode
+
+    with FakeTensorMode():
+        model = build_model()
+        for p in model.parameters():  # gradients are counted by parts, as the planner does
+            p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
+        batch = make_batch()
+        mode = TraceMode(detail=True)
+        with mode:
+            output = model(**batch)
+            loss = output.loss if hasattr(output, "loss") else output
+            mode.mark_forward_end()
+            loss.backward()
+        parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    peak = max((sum(point) for point in mode.trace.timeline), default=0)
+    return {"parameters": parameters, "activations_and_transient": peak}

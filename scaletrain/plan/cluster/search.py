@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ...errors import UsageError
+from ...errors import UsageError, arg
 from .config import CHECKPOINTING, ClusterConfig, Prediction, Scenario, check
 from .step import predict
 
@@ -42,6 +42,16 @@ def _divisors(n: int) -> list[int]:
 
 def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
     s, gpus, gpn = scenario.shape, scenario.gpus, scenario.gpus_per_node
+    given = {name: value for name, value in (("tp", fixed.tp), ("pp", fixed.pp), ("cp", fixed.cp),
+                                             ("dp_shard", fixed.dp_shard), ("dp_replicate", fixed.dp_replicate))
+             if value}
+    product = 1
+    for value in given.values():
+        product *= value
+    if gpus % product:
+        named = " × ".join(f"{arg(name, value)}" for name, value in given.items())
+        what = f"{named} does not divide" if len(given) == 1 else f"{named} = {product} do not divide"
+        raise UsageError(f"{what} {arg('gpus', gpus)}: choose degrees whose product divides the GPUs")
     tps = [fixed.tp] if fixed.tp else [t for t in (1, 2, 4, 8) if t <= gpn and s.heads % t == 0 and s.ffn % t == 0
                                        and s.vocab % t == 0 and gpus % t == 0]
     pps = [fixed.pp] if fixed.pp else [p for p in (1, 2, 4, 8, 16) if p <= s.layers and gpus % p == 0]
