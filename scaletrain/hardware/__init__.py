@@ -88,7 +88,9 @@ class HardwareProfile:
         rather than caches, sustained power): measured by the calibration's whole layers, else
         the profile's figure."""
         if self.calibration is not None and self.calibration.layer_efficiency != 1.0:
-            return self.calibration.layer_efficiency
+            # at most 1: a kernel is not faster in a step than alone with its caches warm; a
+            # measurement above it says the prediction's memory-bound bytes were too many
+            return min(1.0, self.calibration.layer_efficiency)
         return float(self.efficiency.get("in_step", 1.0))
 
     @property
