@@ -21,14 +21,14 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("a GPU cluster (with --hardware: predicted from a hardware profile, nothing measured)")
     g.add_argument("--hardware", metavar="NAME|FILE",
                    help="plan for GPUs of this kind: a100-80g, h100-sxm-80g, h100-96g, h200, or a profile .toml")
-    g.add_argument("--gpus", type=positive_int, help="GPUs in all (default: one node's)")
-    g.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node (default: the profile's)")
+    g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs in all (default: one node's)")
+    g.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="GPUs per node (default: the profile's)")
     g.add_argument("--model-config", metavar="NAME|FILE",
                    help="llama3-8b, llama3-70b, llama3-405b, or a transformers config.json (decoder-only)")
-    g.add_argument("--seq-len", type=positive_int, default=8192, help="tokens per sequence (default 8192)")
-    g.add_argument("--global-batch", type=positive_int, help="sequences per optimizer step (default: 2 per GPU)")
-    g.add_argument("--micro-batch", type=positive_int, help="sequences per forward on one GPU (default: searched)")
-    g.add_argument("--cp", type=positive_int, help="context-parallel degree (default: searched for long sequences)")
+    g.add_argument("--seq-len", type=positive_int, default=8192, metavar="S", help="tokens per sequence (default 8192)")
+    g.add_argument("--global-batch", type=positive_int, metavar="B", help="sequences per optimizer step (default: 2 per GPU)")
+    g.add_argument("--micro-batch", type=positive_int, metavar="M", help="sequences per forward on one GPU (default: searched)")
+    g.add_argument("--cp", type=positive_int, metavar="C", help="context-parallel degree (default: searched for long sequences)")
     g.add_argument("--activation-checkpointing", choices=["none", "selective", "full"],
                    help="default: each is predicted")
     g.add_argument("--schedule", choices=["1f1b", "interleaved"], help="pipeline schedule (default: both)")

@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a causal language model built from a transformers config.json or a built-in shape "
                         "(llama3-8b, llama3-70b, llama3-405b), trained on synthetic tokens (speed work; as "
                         "`scaletrain plan --hardware` plans it)")
-    p.add_argument("--seq-len", type=positive_int, help="tokens per sequence of --model-config (default 2048)")
+    p.add_argument("--seq-len", type=positive_int, metavar="S", help="tokens per sequence of --model-config (default 2048)")
     p.add_argument("--epochs", type=positive_int,
                    help="passes over the training data (default: the workload's; with --max-steps, as many as it takes)")
     p.add_argument("--max-steps", type=positive_int, metavar="N",
