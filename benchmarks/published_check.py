@@ -122,7 +122,7 @@ def evaluate(row: Row, with_choice: bool) -> dict:
     if with_choice:
         software = dict(row.software)
         fixed = Fixed(float8=software.pop("float8", False), compile=software.pop("compile", False),
-                      software=tuple(software.items()), also=(best.config,))
+                      software=tuple(software.items()))
         chosen, _runner_up = choose(predict_all(row.scenario, fixed))
         out["chosen"] = chosen.config.label()
         out["chosen_tokens_per_second_per_gpu"] = chosen.tokens_per_second_per_gpu

@@ -41,7 +41,13 @@ class ClusterConfig:
 
     @property
     def fsdp(self) -> bool:
-        return self.dp_shard > 1 or self.fsdp_casts
+        return self.dp_shard > 1 or self.cp > 1 or self.fsdp_casts
+
+    @property
+    def shards(self) -> int:
+        """The ranks FSDP shards states over: dp_shard × cp (context-parallel ranks hold the same
+        parameters; torch's and torchtitan's meshes shard over both, flattened)."""
+        return self.dp_shard * self.cp if self.fsdp else 1
 
     @property
     def world(self) -> int:

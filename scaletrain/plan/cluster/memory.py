@@ -1,7 +1,7 @@
 """Memory per GPU at the step's peak, in parts:
 
 - parameters, gradients and optimizer state: FSDP keeps fp32 parameters, fp32 gradients and
-  AdamW's two fp32 moments sharded over dp_shard (16 bytes a parameter ÷ dp_shard); without
+  AdamW's two fp32 moments sharded over dp_shard × cp (16 bytes a parameter ÷ that); without
   sharding (DDP, Megatron-LM) each GPU holds bf16 parameters and fp32 main gradients,
   master weights and moments of its tensor- and pipeline-parallel share (18 bytes);
 - gathered blocks: the bf16 blocks FSDP has gathered (the one computing and the one prefetched,
@@ -37,9 +37,9 @@ def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_lay
     mb = config.microbatch
     layer_params = shape.layer_parameters / config.tp
     if config.fsdp:
-        params = 4 * params_rank / config.dp_shard
-        grads = 4 * params_rank / config.dp_shard
-        optimizer = 8 * params_rank / config.dp_shard
+        params = 4 * params_rank / config.shards
+        grads = 4 * params_rank / config.shards
+        optimizer = 8 * params_rank / config.shards
         gathered = params_rank * 2 if config.pp > 1 else 2 * 2 * layer_params
         gathered += 4 * layer_params  # one block's fp32 gradients before their reduce-scatter
         if config.pp > 1 and microbatches > 1:  # the stage's gradients accumulate unsharded, fp32

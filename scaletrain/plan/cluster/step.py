@@ -106,10 +106,9 @@ def predict(config: ClusterConfig, scenario: Scenario) -> Prediction:
 
     # Data parallel: FSDP's gathers and reductions, HSDP's and DDP's all-reduce.
     params_rank = _rank_parameters(shape, config, chunks)
-    dp_stride = config.cp * config.tp
     dp_comm, exposed_dp = 0.0, 0.0
-    if config.dp_shard > 1:
-        shard_group = group(config.dp_shard, dp_stride, gpn)
+    if config.shards > 1:  # FSDP over dp_shard × cp, tensor parallel innermost
+        shard_group = group(config.shards, config.tp, gpn)
         gathers = (1 if config.pp > 1 else (2 if m == 1 else 2 * m))
         gather = net.all_gather(params_rank * 2, shard_group)
         reduce = net.reduce_scatter(params_rank * 4, shard_group)
@@ -117,8 +116,8 @@ def predict(config: ClusterConfig, scenario: Scenario) -> Prediction:
         per_block = (gather + reduce) / max(1, max(chunks))
         exposed_dp = max(0.0, dp_comm - compute_s) + per_block
     if config.dp_replicate > 1:
-        replicate_group = group(config.dp_replicate, dp_stride * config.dp_shard, gpn)
-        reduce = net.all_reduce(params_rank * (4 if config.dp_shard > 1 else 2) / config.dp_shard, replicate_group)
+        replicate_group = group(config.dp_replicate, config.tp * config.cp * config.dp_shard, gpn)
+        reduce = net.all_reduce(params_rank * (4 if config.fsdp else 2) / config.shards, replicate_group)
         dp_comm += reduce
         if config.overlap_grad_reduce:
             exposed_dp += max(0.0, reduce - compute_s * (1 - fwd_share)) + reduce / max(1, max(chunks))
@@ -157,7 +156,7 @@ def _optimizer_seconds(profile, params_rank: float, config: ClusterConfig) -> fl
     """Fused AdamW over this GPU's fp32 shard: parameters, gradients and both moments read,
     three written (28 bytes a parameter); FSDP's casts of gathered blocks and of gradients
     for their reduction (a read and a write each, per gather)."""
-    shard = params_rank / config.dp_shard
+    shard = params_rank / config.shards
     moved = 28 * shard
     if config.fsdp:
         moved += params_rank * (2 + 2) * 2 + params_rank * (2 + 4)
