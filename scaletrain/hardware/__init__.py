@@ -95,9 +95,10 @@ class HardwareProfile:
 
     @property
     def multi_gpu(self) -> float:
-        """How fast a GPU computes in a synchronous job of many against alone: every step waits
-        for the slowest GPU, and NCCL's kernels share the SMs and memory while they overlap
-        compute. A figure of the profile (no multi-GPU measurement exists in this project)."""
+        """How fast a GPU's kernels run in a synchronous job of many against alone: every step
+        waits for the slowest GPU, NCCL's kernels share the SMs and memory while they overlap
+        compute, and the in-step losses of one GPU are in it too. A figure of the profile (no
+        multi-GPU measurement exists in this project)."""
         return float(self.efficiency.get("multi_gpu", 1.0))
 
     def memory_rate(self) -> float:

@@ -29,12 +29,14 @@ class PartTime:
         return self.forward + self.backward + self.recompute
 
 
-def part_time(costs: Costs, profile, microbatch: int, fused: bool, cp: int = 1, efficiency: float = 1.0) -> PartTime:
+def part_time(costs: Costs, profile, microbatch: int, fused: bool, cp: int = 1,
+              efficiency: float | None = None) -> PartTime:
     """`cp`: context-parallel degree; the traced sequence is this GPU's share, and its queries
     meet every key of the sequence as the ring passes them round (cp chunks of attention).
-    `efficiency`: the share of its speed alone a GPU keeps in a job of many (profile.multi_gpu)."""
+    `efficiency`: the share of its kernels' speed alone a GPU keeps in the step (default: the
+    profile's in-step figure, one GPU's; `step_efficiency` gives a job's)."""
     scale = microbatch / TRACE_MB
-    slower = 1.0 / (profile.in_step * efficiency)  # kernels in a step (of a job of many) run slower than alone
+    slower = 1.0 / (profile.in_step if efficiency is None else efficiency)  # kernels in a step run slower than alone
     by_phase = {p: 0.0 for p in PHASES}
     kinds = {"matmul": 0.0, "attention": 0.0, "memory": 0.0}
     for phase, m, n, k, batch, dtype, tm, tn, tk, tb in costs.matmuls:
@@ -58,6 +60,14 @@ def part_time(costs: Costs, profile, microbatch: int, fused: bool, cp: int = 1, 
             flops[a[0]] += a[1] * scale * (cp - 1)
     return PartTime(by_phase["forward"], by_phase["backward"], by_phase["recompute"], kinds["matmul"],
                     kinds["attention"], kinds["memory"], flops)
+
+
+def step_efficiency(profile, gpus: int) -> float:
+    """The share of its kernels' speed alone a GPU keeps in a training step: one GPU's, measured
+    by the calibration's whole layers (`in_step`); in a synchronous job of many, the profile's
+    `multi_gpu` figure, which counts everything between kernels alone and a GPU in such a job
+    (so it is not applied on top of `in_step`, only never above it)."""
+    return profile.in_step if gpus <= 1 else min(profile.in_step, profile.multi_gpu)
 
 
 def _scaled(size: int, is_tokens: bool, scale: float) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..schedule_sim import one_f_one_b_seconds
 from .comm import Network, group
-from .compute import part_time
+from .compute import part_time, step_efficiency
 from .config import ClusterConfig, Prediction, Scenario, microbatches
 from .memory import memory_parts
 from .traced import Variant, trace
@@ -45,9 +45,9 @@ def predict(config: ClusterConfig, scenario: Scenario) -> Prediction:
     shape, profile = scenario.shape, scenario.profile
     layer_costs, rest_costs, one = trace(shape, variant_of(config, scenario))
     mb, m = config.microbatch, microbatches(config, scenario)
-    slower = profile.multi_gpu if scenario.gpus > 1 else 1.0
-    layer = part_time(layer_costs, profile, mb, config.compile, config.cp, slower)
-    rest = part_time(rest_costs, profile, mb, fused=False, efficiency=slower)  # compilers compile blocks; the loss stays eager
+    efficiency = step_efficiency(profile, scenario.gpus)
+    layer = part_time(layer_costs, profile, mb, config.compile, config.cp, efficiency)
+    rest = part_time(rest_costs, profile, mb, fused=False, efficiency=efficiency)  # compilers compile blocks; the loss stays eager
     net = Network(profile)
     gpn = scenario.gpus_per_node
     tokens_mb = mb * scenario.seq // config.cp  # on this GPU
