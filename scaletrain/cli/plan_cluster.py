@@ -55,7 +55,8 @@ def run_cluster(args: argparse.Namespace) -> int:
     if args.seq_len > shape.max_positions:
         raise UsageError(f"--seq-len {args.seq_len} is longer than {shape.name}'s {shape.max_positions} positions "
                          f"(max_position_embeddings); give --seq-len {shape.max_positions} or less")
-    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), args.seq_len, args.global_batch or 2 * gpus)
+    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), args.seq_len, args.global_batch or 2 * gpus,
+                        args.model_config)
     fixed = Fixed(strategy=_strategy(args), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
                   dp_replicate=args.dp_replicate, microbatch=args.micro_batch,
                   checkpointing=args.activation_checkpointing, schedule=args.schedule, float8=args.float8,

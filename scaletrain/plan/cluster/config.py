@@ -18,6 +18,7 @@ class Scenario:
     gpus_per_node: int
     seq: int
     global_batch: int  # sequences per optimizer step
+    model_config: str = ""  # what --model-config named (a built-in name or a file), for the train flags
 
 
 @dataclass(frozen=True)

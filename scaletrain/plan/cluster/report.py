@@ -33,7 +33,8 @@ def train_flags(c: ClusterConfig, scenario: Scenario, microbatches: int) -> str:
     """The `scaletrain train` command line that runs this configuration."""
     nodes = max(1, c.world // scenario.gpus_per_node)
     per_node = min(c.world, scenario.gpus_per_node)
-    flags = [f"--model-config {scenario.shape.name}", f"--seq-len {scenario.seq}", f"--nnodes {nodes}",
+    flags = [f"--model-config {scenario.model_config or scenario.shape.name}", f"--seq-len {scenario.seq}",
+             f"--nnodes {nodes}",
              f"--nproc-per-node {per_node}", "--precision bf16"]
     if c.pp > 1:
         flags += ["--strategy pipeline", f"--pp {c.pp}", f"--microbatches {microbatches}",
