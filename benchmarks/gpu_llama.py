@@ -97,8 +97,8 @@ def token_batches(arch: Arch, seq_len: int, batch: int, steps: int, seed: int = 
     return out
 
 
-#: bf16 dense peak TFLOP/s by the device name's model, used only where scaletrain's hardware
-#: profiles are not installed (the vendor's data-sheet figures, without sparsity).
+#: bf16 dense peak FLOP/s by the device name's model, used only for a GPU scaletrain's hardware
+#: profiles do not name (the vendor's data-sheet figures, without sparsity).
 _PEAK_BF16 = (("H200", 989.4e12), ("H100 PCIe", 756.0e12), ("H100 NVL", 835.0e12), ("H100", 989.4e12),
               ("B200", 2250e12), ("A100", 312e12), ("L40S", 362.05e12), ("L4", 121e12))
 
@@ -106,12 +106,12 @@ _PEAK_BF16 = (("H200", 989.4e12), ("H100 PCIe", 756.0e12), ("H100 NVL", 835.0e12
 def peak_flops(device_name: str) -> tuple[float | None, str]:
     """(the GPU's bf16 dense peak in FLOP/s, where it came from)."""
     try:
-        from scaletrain.hardware import peak_flops as profile_peak  # the hardware profiles, where installed
+        from scaletrain.hardware import for_device_name  # the hardware profiles
 
-        value = profile_peak(device_name, "bf16")
-        if value:
-            return float(value), "scaletrain's hardware profile"
-    except Exception:  # noqa: BLE001 - not installed, or an unknown GPU: the table below
+        profile, _why = for_device_name(device_name)
+        if profile is not None and profile.peak("bf16"):
+            return float(profile.peak("bf16")), f"scaletrain's hardware profile {profile.name}"
+    except ImportError:  # an older scaletrain: the data sheet below
         pass
     for key, value in _PEAK_BF16:
         if key in device_name:
