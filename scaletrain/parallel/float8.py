@@ -19,7 +19,8 @@ from typing import Optional
 from torch import nn
 
 from ..errors import UsageError, arg
-from .part import ModelPart, ParallelConfig
+from .config import FSDP, ParallelConfig
+from .part import ModelPart
 
 #: Linear layers left in bf16: the output head (torchtitan's "output", Hugging Face's "lm_head").
 SKIPPED = ("output", "lm_head")
@@ -69,10 +70,10 @@ class Float8Training:
     def enabled(self, config: ParallelConfig) -> bool:
         return config.option("precision") == "float8"
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+    def apply(self, part: ModelPart, config: ParallelConfig, topology) -> None:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-        fsdp = config.data_parallel == "fsdp"
+        fsdp = config.data_parallel == FSDP
         settings = Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp)
         before = sum(isinstance(m, nn.Linear) for m in part.module.modules())
         convert_to_float8_training(part.module, config=settings, module_filter_fn=_converts)
