@@ -86,6 +86,7 @@ class HangEvidence:
         self.write_own(op, step, "written by the rank itself, which found the hang")
         if store is None:
             return f"this rank's stacks and collectives in {self.folder} (the store is gone: no others')"
+        bounded(lambda: store.set(self._key("dump", "written", self.rank), "1"))  # the leader need not wait for it
         leader = bounded(lambda: store.add(self._key("dump", "claim"), 1)) == 1
         if not leader:
             return f"stacks and collectives in {self.folder}"
