@@ -22,7 +22,7 @@ from .parsing import positive_float, positive_int
 from .perf_options import add_steady_memory_argument, apply_steady_memory
 from .plan_cmd import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
                        parse_strategies)
-from .strategy_options import add_strategy_arguments, strategy_options_from_args
+from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
 
 NAME = "bench"
 HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies against one process"

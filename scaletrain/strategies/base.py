@@ -133,6 +133,8 @@ class Strategy:
     #: The command line chooses this strategy's configuration by measuring, before any rank
     #: starts (`train --strategy auto`), and trains the choice instead.
     measured_choice: ClassVar[bool] = False
+    #: Its configuration is known before the model is (False: decided at setup), so it can be planned.
+    plannable: ClassVar[bool] = True
 
     def __init__(self, options: Optional[CommonOptions] = None, **values: Any):
         #: The degrees given by another name (a pipeline's pipeline_stages is its pp): messages use it.

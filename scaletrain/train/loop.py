@@ -40,7 +40,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, dump_dir=out,
               **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
-        task = get_task(config.task or workload.task or derive(train_set[0]))
+        task = get_task(config.task_name or workload.task or derive(train_set[0]))
         with fits_in_memory(run):
             model = build_model(run, workload, config.meta_init)
             optimizer = adam(model.parameters(), lr=lr)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..options import aliases_of, declared, flag_of
-from ..strategies import REGISTRY
+from . import REGISTRY
 
 
 def _options_by_name() -> dict[str, list[tuple[str, object]]]:
