@@ -62,8 +62,11 @@ def test_rank_stopped_inside_an_allreduce_leaves_every_ranks_evidence(tmp_path):
                                    "hang_in_allreduce.py"), str(tmp_path))], timeout=90)
     took = time.monotonic() - began
     assert result.returncode == 3, result.stderr
-    assert took < 3 + 5 + 15, took  # rank 0 enters after 3 s; the timeout; the verdict and the dump
+    assert took < 60, took
     folder = tmp_path / "hang-0"
+    # Within the timeout (5 s) and the verdict's look at the heartbeats, the evidence is written.
+    entered = float(re.search(r"enters the fourth all-reduce at ([\d.]+)", result.stdout).group(1))
+    assert (folder / "hang.json").stat().st_mtime - entered < 5 + 10, result.stdout
     for rank in (0, 1):
         assert (folder / f"rank-{rank}-stacks.txt").is_file() and (folder / f"rank-{rank}-collectives.json").is_file()
     # Rank 1 could not write a word once stopped: its evidence is what it published while in the all-reduce.

@@ -28,6 +28,7 @@ def main() -> None:
             threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
         else:
             time.sleep(3)  # rank 1 is inside the all-reduce, and stopped, by the time rank 0 enters it
+            print(f"rank 0 enters the fourth all-reduce at {time.time():.3f}", flush=True)
         run.sum(torch.ones(1024))
         run.print("the fourth all-reduce finished?!", flush=True)
 
