@@ -33,6 +33,7 @@ from ..version import __version__
 from . import checksums, compat, layout, sharded
 from .rng import capture_rng, restore_rng
 from .safe_io import FORMAT, CheckpointError, load_state, save_state
+from ..values import AUTO
 
 DEFAULT_KEEP = KEEP_CHECKPOINTS
 LAYOUTS = ("auto", "full", "sharded")
@@ -98,7 +99,7 @@ class Checkpointer:
             return self._save_full(step, owner, optimizer, small)
 
     def _sharded(self, owner: StateOwner) -> bool:
-        if self.layout != "auto":
+        if self.layout != AUTO:
             return self.layout == "sharded"
         shards = self.host.topology.shards_state  # no process holds the whole model
         state_bytes = 3 * sum(p.numel() * p.element_size() for p in owner.module.parameters())  # + Adam's two
@@ -260,7 +261,7 @@ class Checkpointer:
     def _choose(self, source, loader) -> tuple[Any, Optional[dict]]:
         """Rank 0: (the first candidate that verifies and fits this run, as a header for all
         ranks — or None, or the error every rank raises; the state read from it)."""
-        auto = str(source) == "auto"
+        auto = str(source) == AUTO
         found, notes = layout.candidates(self.directory) if auto else layout.source_candidates(Path(source))
         if not found:
             if auto:
