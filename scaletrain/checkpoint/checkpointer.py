@@ -33,6 +33,7 @@ from ..version import __version__
 from . import async_save, checksums, compat, layout, sharded
 from .rng import capture_rng, restore_rng
 from .safe_io import FORMAT, CheckpointError, load_state, save_state
+from ..values import AUTO
 
 DEFAULT_KEEP = KEEP_CHECKPOINTS
 LAYOUTS = ("auto", "full", "sharded")
@@ -129,7 +130,7 @@ class Checkpointer:
         return saves is not None and saves.in_flight
 
     def _sharded(self, owner: StateOwner) -> bool:
-        if self.layout != "auto":
+        if self.layout != AUTO:
             return self.layout == "sharded"
         shards = self.host.topology.shards_state  # no process holds the whole model
         if shards and self.asynchronous:  # gathering the whole state onto rank 0 would stop training
@@ -294,7 +295,7 @@ class Checkpointer:
     def _choose(self, source, loader) -> tuple[Any, Optional[dict]]:
         """Rank 0: (the first candidate that verifies and fits this run, as a header for all
         ranks — or None, or the error every rank raises; the state read from it)."""
-        auto = str(source) == "auto"
+        auto = str(source) == AUTO
         found, notes = layout.candidates(self.directory) if auto else layout.source_candidates(Path(source))
         if not found:
             if auto:

@@ -30,6 +30,7 @@ from ..launchers.settings import LaunchSettings
 from ..options import flag_values, option, parsed_values
 from ..steady_memory import STEADY_MEMORY_HELP
 from ..values import duration, non_negative_int, positive_float, positive_int
+from ..values import AUTO
 
 MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's seeds are 32-bit; torch's would take more
 
@@ -257,4 +258,4 @@ class TrainConfig:
     @property
     def task_name(self) -> Optional[str]:
         """The task asked for; None: the workload's, or told from the data."""
-        return None if self.task == "auto" else self.task
+        return None if self.task == AUTO else self.task

@@ -26,6 +26,7 @@ from .optimizer import adam
 from .report import Reporter
 from .steps import StepRecorder
 from .utilisation import Utilisation
+from ..values import AUTO
 
 
 def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
@@ -160,11 +161,11 @@ def build_model(run, workload, meta_init: str):
     """The workload's model: on the meta device where the run shards it (no process holds it
     whole: each materialises its own share at setup) and the model's own code can initialise
     it there, else whole. `meta_init`: auto, always or never."""
-    if meta_init == "never" or (meta_init == "auto" and not run.topology.shards_state):
+    if meta_init == "never" or (meta_init == AUTO and not run.topology.shards_state):
         return workload.build_model()
     with run.meta_device():
         model = workload.build_model()
-    if meta_init == "auto" and uninitialisable(model):
+    if meta_init == AUTO and uninitialisable(model):
         return workload.build_model()  # an ordinary build draws the same numbers: none were drawn on meta
     return model
 
