@@ -58,6 +58,12 @@ INSTALL = {
                  "conda": "conda install -c conda-forge jemalloc"},
 }
 
+#: --allocator's help, for every command that starts training processes.
+ALLOCATOR_HELP = (f"the CPU memory allocator of every process this command starts: auto (default: {BEST} where "
+                  f"installed, else glibc's; glibc's with --steady-memory), tcmalloc, jemalloc or glibc. {BEST} holds "
+                  f"less memory and runs faster than glibc's on the workloads measured (docs/memory.md); "
+                  f"`scaletrain doctor` says how to install it")
+
 #: The allocator asked for, as every process a command starts inherits it.
 ALLOCATOR_VAR = "SCALETRAIN_ALLOCATOR"
 
@@ -164,3 +170,12 @@ def described(name: Optional[str] = None) -> str:
     name = name or running()
     return "glibc (steady memory)" if name == "glibc" and wanted(None) else name
 
+
+
+def pass_on(asked: str = "auto", steady_memory: bool = False) -> str:
+    """Every process the command starts inherits the allocator asked for through its
+    environment (any launcher: spawn, torchrun, mpirun's -x, srun's exported environment).
+    Returns the allocator they run with."""
+    chosen = resolve(asked, steady_memory)
+    apply(chosen)
+    return chosen

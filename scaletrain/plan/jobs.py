@@ -2,7 +2,7 @@
 
 A round runs one probe job per thread count the predictions need: one process with every
 core, and (on a CPU) as many processes as share the machine with cores ÷ processes threads
-each — each job started like a real job by the spawn launcher (see probe_rank). Rounds
+each — each job started like a real job by the spawn launcher (its ranks: probe_rank's `main`). Rounds
 alternate their order; each round gives a whole Probe, so each gives a whole prediction, and
 the spread of the predictions over the rounds is the plan's expected error.
 """
@@ -14,36 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import torch
 
-from .probe import DdpStep, Link, MeshStep, Probe, cores_here, device_memory_bytes, measure_link, probe_from_jobs
-from .scenario import Options, threads_needed
+from .machine import Machine
+from .probe import DdpStep, Link, MeshStep, Probe, measure_link, probe_from_jobs
+from .scenario import threads_needed
 
 PROBE_FILE = "probe.json"
+#: The module a probe job's ranks run, and what they measure: a round's figures, a
+#: tensor-parallel step alone, or the steps alone (across hosts, the links in jobs of their own).
+PROBE_MODULE = "scaletrain.plan.probe_rank"
+ROUND, TP_STEP, STEPS_ONLY = "round", "tp-step", "steps-only"
 
 
-def default_options(device_type: str, nproc_per_node: Optional[int] = None, link_gbps: float = 10.0,
-                    link_latency_us: float = 20.0, overlap: Optional[float] = None, microbatches: Optional[int] = None,
-                    device_memory_gb: Optional[float] = None, devices_per_process: Optional[int] = None) -> Options:
-    cores = cores_here()
-    if nproc_per_node is None:
-        nproc_per_node = torch.cuda.device_count() if device_type == "cuda" else cores
-    if overlap is None:
-        # On a CPU the collective's copies and reductions need the cores the computation is
-        # using: nothing is hidden. A GPU computes while its copy engines and NCCL communicate.
-        overlap = 1.0 if device_type == "cuda" else 0.0
-    memory = device_memory_gb * 1e9 if device_memory_gb else device_memory_bytes(device_type, nproc_per_node)
-    return Options(nproc_per_node=nproc_per_node, cores=cores, link_gbps=link_gbps,
-                   link_latency_s=link_latency_us * 1e-6, overlap=overlap, microbatches=microbatches,
-                   device_memory_bytes=memory, devices_per_process=devices_per_process)
-
-
-def copies_per_thread_count(threads: list[int], options: Options, device_type: str) -> dict[int, int]:
+def copies_per_thread_count(threads: list[int], machine: Machine, device_type: str) -> dict[int, int]:
     """How many processes share a CPU machine when each has `t` threads: cores ÷ t (at most
     the processes per machine). On GPUs each process has its own device: one copy."""
     if device_type == "cuda":
         return {t: 1 for t in threads}
-    return {t: max(1, min(options.nproc_per_node, options.cores // t)) for t in threads}
+    return {t: max(1, min(machine.nproc_per_node, machine.cores // t)) for t in threads}
 
 
 @dataclass(frozen=True)
@@ -69,16 +57,10 @@ class ProbeJobs:
     """Processes of a job that times only a tensor-parallel step, where no job runs several (a
     machine of one core planned for several processes): 0 for none."""
 
-    def argv(self, threads: int, out: Path) -> list[str]:
-        s = self.spec
-        argv = ["plan", "--workload", s["workload"], "--batch-size", str(s["batch_size"]), "--seed", str(s["seed"]),
-                "--steps", str(s["steps"]), "--warmup", str(s["warmup"]), "--min-seconds", str(s["min_seconds"]),
-                *(["--microbatches", str(s["microbatches"])] if s.get("microbatches") else []),
-                "--threads", str(threads), "--out", str(out)]
-        for flag in ("model", "dataset", "device", "backend"):
-            if s.get(flag):
-                argv += [f"--{flag}", str(s[flag])]
-        return argv
+    def argv(self, threads: int, out: Path, kind: str = ROUND) -> list[str]:
+        """What a rank of a probe job is given (probe_rank.main): the spec, its threads, what it
+        measures and the file rank 0 writes."""
+        return [json.dumps({"spec": {**self.spec, "threads": threads}, "kind": kind, "out": str(out)})]
 
     def run_round(self, folder: Path, reverse: bool = False) -> Probe:
         """One round: a job per thread count (largest first; smallest first when `reverse`),
@@ -86,7 +68,7 @@ class ProbeJobs:
         folder.mkdir(parents=True, exist_ok=True)
         jobs = {}
         for threads, copies in sorted(self.copies.items(), reverse=not reverse):
-            jobs[threads] = self._job(folder / f"{threads}-threads-{PROBE_FILE}", threads, copies, [],
+            jobs[threads] = self._job(folder / f"{threads}-threads-{PROBE_FILE}", threads, copies, ROUND,
                                       f"probe job ({copies} process(es) × {threads} thread(s))")
         link = self.link
         if link is None and self.needs_link and not any(j.get("link_rows") for j in jobs.values()):
@@ -101,18 +83,18 @@ class ProbeJobs:
                                          self.spec.get("device"), self.hosts)
         return probe
 
-    def _job(self, out: Path, threads: int, nproc: int, extra: list[str], what: str, hosts=None) -> dict:
-        """Runs one probe job (`extra`: its kind's flags) and returns what it wrote to `out`."""
+    def _job(self, out: Path, threads: int, nproc: int, kind: str, what: str, hosts=None) -> dict:
+        """Runs one probe job (`kind`: what its ranks measure) and returns what it wrote to `out`."""
         from ..measure.jobs import run_job
 
-        code = run_job([*self.argv(threads, out), *extra], nproc, hosts)
+        code = run_job(self.argv(threads, out, kind), nproc, hosts, module=PROBE_MODULE)
         if code != 0 or not out.exists():
             raise RuntimeError(f"the plan's {what} failed (exit status {code}); its error is printed above")
         return json.loads(out.read_text())
 
     def _tp_step(self, folder: Path) -> Optional[MeshStep]:
         """The tensor-parallel step on `tp_copies` processes sharing this machine's cores."""
-        job = self._job(folder / f"tp-{PROBE_FILE}", 1, self.tp_copies, ["--tp-step-only"],
+        job = self._job(folder / f"tp-{PROBE_FILE}", 1, self.tp_copies, TP_STEP,
                         f"tensor-parallel probe job ({self.tp_copies} processes)")
         return MeshStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
 
@@ -125,7 +107,7 @@ class ProbeJobs:
         slots = self.hosts.slots
         threads = max(1, self.cores // slots)
         nproc = slots * len(self.hosts.hosts)
-        job = self._job(folder / f"hosts-{PROBE_FILE}", threads, nproc, ["--steps-only"],
+        job = self._job(folder / f"hosts-{PROBE_FILE}", threads, nproc, STEPS_ONLY,
                         f"probe job across the hosts ({nproc} processes)", self.hosts)
         ddp = DdpStep(job["world_size"], threads, job["ddp_step_s"], job["step_s"]) if "ddp_step_s" in job else None
         fsdp = (MeshStep(job["world_size"], threads, job["fsdp_mesh_step_s"], slots)
@@ -153,18 +135,18 @@ def network_sizes(jobs: dict) -> list[int]:
     return sorted(int(s) for s in sizes if s > 0)
 
 
-def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], options: Options, device_type: str,
+def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], machine: Machine, device_type: str,
                link: Optional[Link] = None, hosts=None) -> ProbeJobs:
     """What each round measures for predictions at `world_sizes`; across `hosts` (measure.jobs.
     Hosts) the network between them too, and this machine's all-reduce on as many processes
     as a host holds (2 at least: the cores' own part of a collective across machines)."""
-    threads = threads_needed(world_sizes, options, device_type)
+    threads = threads_needed(world_sizes, machine, device_type)
     several = max(world_sizes) > 1
-    copies = copies_per_thread_count(threads, options, device_type)
+    copies = copies_per_thread_count(threads, machine, device_type)
     # Where every job has one process (a machine of one core) but several will share it, a
     # job of its own times tensor parallel across them.
-    crowded = device_type != "cuda" and max(copies.values()) == 1 and min(max(world_sizes), options.nproc_per_node) > 1
-    return ProbeJobs(workload_name, spec, copies, device_type, options.cores, link,
+    crowded = device_type != "cuda" and max(copies.values()) == 1 and min(max(world_sizes), machine.nproc_per_node) > 1
+    return ProbeJobs(workload_name, spec, copies, device_type, machine.cores, link,
                      link_nproc=max(2, hosts.slots) if hosts else 2, needs_link=several,
                      hosts=hosts if several else None,
-                     tp_copies=min(max(world_sizes), options.nproc_per_node) if crowded else 0)
+                     tp_copies=min(max(world_sizes), machine.nproc_per_node) if crowded else 0)
