@@ -139,15 +139,22 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600, help="seconds a run may take (default 600)")
     p.add_argument("--out", type=Path, help="also write the Markdown table here")
     p.add_argument("--json", type=Path, help="also write every run's figures here")
+    p.add_argument("--resume", type=Path, metavar="JSON",
+                   help="take the groups a --json file of an earlier run holds from it, and measure only the others")
     args = p.parse_args(argv)
     started = time.time()
     results, raw = {}, {}
+    earlier = json.loads(args.resume.read_text()) if args.resume else {}
     with tempfile.TemporaryDirectory(prefix="scaletrain-allocator-") as tmp:
         for workload in [w for w in args.workloads.split(",") if w]:
             for configuration in [c for c in args.configurations.split(",") if c]:
-                with held(args.lock):
-                    runs = measure_group(workload, configuration, args.reps, Path(tmp), args.timeout)
-                raw[f"{workload} / {configuration}"] = runs
+                key = f"{workload} / {configuration}"
+                if key in earlier:
+                    runs = earlier[key]
+                else:
+                    with held(args.lock):
+                        runs = measure_group(workload, configuration, args.reps, Path(tmp), args.timeout)
+                raw[key] = runs
                 results[(workload, configuration)] = summarise(runs)
                 print(table({(workload, configuration): results[(workload, configuration)]})[-1], flush=True)
                 if args.json:  # as it goes: a long run interrupted keeps what it measured
