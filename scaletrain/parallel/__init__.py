@@ -1,6 +1,6 @@
 """Parallelisms that compose on one device mesh.
 
-A run's topology (`Topology`: the degrees pp × dp_replicate × dp_shard × tp and one
+A run's topology (`Topology`: the degrees pp × dp_replicate × dp_shard × cp × tp and one
 DeviceMesh) is owned by the run; the parallelisms are transforms applied to the model, in
 this fixed order, each where the configuration enables it:
 
@@ -9,12 +9,15 @@ this fixed order, each where the configuration enables it:
 2. local_devices   the classic single-process split over this process's devices (mp,
                    hybrid) or DataParallel's replicas (dp)
 3. tensor_parallel split each layer's matrices across the "tp" dimension
-4. activation_checkpointing  keep only each block's input for backward, recompute the rest
-5. compile         torch.compile block by block, in place
-6. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard")
+4. context_parallel split each sequence across the "cp" dimension, attention round a ring
+5. activation_checkpointing  keep only each block's input for backward, recompute the rest
+6. compile         torch.compile block by block, in place
+7. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard" × "cp")
 
 Tensor parallel comes before FSDP because FSDP shards what tensor parallel has already
-split (2-D parameters); checkpointing wraps a block's whole computation, tensor parallel's
+split (2-D parameters); context parallel routes the attention of each block (tensor
+parallel's heads, if split) before checkpointing and compilation take the blocks, so that a
+recomputed block goes round the ring again; checkpointing wraps a block's whole computation, tensor parallel's
 collectives included, and is itself compiled; compilation comes before the data-parallel
 wrappers so that their communication stays between the compiled blocks. A combination is a configuration — the
 degrees and options a strategy preset fills in — not a class.
@@ -34,6 +37,7 @@ from ..errors import UsageError
 
 from .checkpointing import ActivationCheckpointing
 from .compile import Compile
+from .context_parallel import ContextParallel
 from .data_parallel import DataParallel
 from .local_devices import LocalDevices
 from .meta_init import is_meta, materialise
@@ -49,6 +53,7 @@ PARALLELISMS = [
     PipelineCut(),
     LocalDevices(),
     TensorParallel(),
+    ContextParallel(),
     ActivationCheckpointing(),
     Compile(),
     DataParallel(),

@@ -81,8 +81,14 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
 
     topology = config.topology
     dims = topology.dims
-    # HSDP's 2-D mesh (replicate, shard) where there are replicas; the shard dimension alone otherwise.
-    mesh = topology.submesh("dp_replicate", "dp_shard") if dims.dp_replicate > 1 else topology.submesh("dp_shard")
+    # Context-parallel peers hold the same weights: FSDP shards over dp_shard × cp (one
+    # flattened dimension). HSDP's 2-D mesh (replicate, shard) where there are replicas.
+    shard = _with_cp(config, "dp_shard")
+    if dims.dp_replicate > 1:
+        mesh = topology.mesh["dp_replicate", topology.flat(*shard).mesh_dim_names[0]] if len(shard) > 1 \
+            else topology.submesh("dp_replicate", "dp_shard")
+    else:
+        mesh = topology.flat(*shard)
     kwargs = {"mesh": mesh, "mp_policy": fsdp_policy(config.option("precision", "fp32"))}
     reshard = config.option("reshard_after_forward")
     if reshard is not None:
@@ -98,14 +104,21 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
     fully_shard(module, **kwargs)
     part.casts_itself = True
     part.no_sync = lambda: _fsdp_no_sync(module)
-    kind = "replicated" if dims.dp_shard == 1 else "sharded"
-    part.facts.update({"sharded_blocks": blocks, "shards": dims.dp_shard, "replicas": dims.dp_replicate,
+    shards = dims.dp_shard * dims.cp
+    kind = "replicated" if shards == 1 else "sharded"
+    part.facts.update({"sharded_blocks": blocks, "shards": shards, "replicas": dims.dp_replicate,
                        "reshard_after_forward": True if reshard is None else reshard,
                        "offload": bool(config.option("offload", False))})
-    how = (f"{dims.dp_shard} ways" if dims.dp_replicate == 1 else
-           f"{dims.dp_shard} ways within each of {dims.dp_replicate} replica groups" if dims.dp_shard > 1 else
+    over = " (dp_shard × cp)" if dims.cp > 1 else ""
+    how = (f"{shards} ways{over}" if dims.dp_replicate == 1 else
+           f"{shards} ways{over} within each of {dims.dp_replicate} replica groups" if shards > 1 else
            f"across {dims.dp_replicate} replicas")
     part.banner.append(f"fsdp: {len(blocks)} block(s) ({', '.join(blocks)}) and the root {kind} {how}")
+
+
+def _with_cp(config: ParallelConfig, name: str) -> tuple[str, ...]:
+    """A data-parallel dimension, joined by "cp" where sequences are split."""
+    return (name, "cp") if config.topology.dims.cp > 1 else (name,)
 
 
 @contextlib.contextmanager

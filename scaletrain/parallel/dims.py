@@ -3,13 +3,15 @@
     pp            pipeline stages: consecutive blocks of the model in different processes
     dp_replicate  data-parallel replicas that hold the whole (stage of the) model
     dp_shard      data-parallel shards: each holds 1/dp_shard of parameters, gradients, state
+    cp            context parallel: each sequence split across processes, attention round a ring
     tp            tensor parallel: each layer's matrices split across processes
 
 They multiply to the world size. Ranks are laid out row-major over (pp, dp_replicate,
-dp_shard, tp): tensor parallel innermost, so its processes — which talk in every layer — are
-neighbours on one machine; pipeline stages outermost, so a stage per machine is what a job
-of several machines gets. A process's data-parallel rank counts over (dp_replicate, dp_shard):
-tensor-parallel peers read the same batch, a pipeline's stages the same batch too.
+dp_shard, cp, tp): tensor parallel innermost, so its processes — which talk in every layer — are
+neighbours on one machine, context parallel next to it (its ring passes keys and values in
+every attention); pipeline stages outermost, so a stage per machine is what a job of several
+machines gets. A process's data-parallel rank counts over (dp_replicate, dp_shard):
+tensor- and context-parallel peers read the same batch, a pipeline's stages the same batch too.
 
 Pure values: no torch, so the parent process checks a combination in milliseconds.
 """
@@ -23,7 +25,7 @@ from typing import Optional
 from ..errors import UsageError, arg
 
 #: The mesh's dimensions, outermost first.
-MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class ParallelDims:
     pp: int = 1
     dp_replicate: int = 1
     dp_shard: int = 1
+    cp: int = 1
     tp: int = 1
     devices_per_process: int = 1
     """Devices one process drives itself (dp, mp, hybrid): not a mesh dimension."""

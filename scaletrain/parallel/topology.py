@@ -4,7 +4,7 @@ group of each dimension, who holds the model's outputs, whether gradients and st
 sharded.
 
 Strategies, loaders, the loss scaler, evaluation and checkpoints all ask a `Topology`; none
-of them builds a mesh or a process group of its own. The mesh has the four dimensions of
+of them builds a mesh or a process group of its own. The mesh has the five dimensions of
 `ParallelDims` (those of size 1 included, so every dimension can be named) and is built on
 first use: a plain DDP run never needs one.
 """
@@ -24,6 +24,7 @@ class Topology:
         self.dims, self.ctx = dims, ctx
         self.coords = dims.coordinates(ctx.rank)
         self._mesh = None
+        self._flat: dict = {}
 
     # -- where this process stands -----------------------------------------------------
     @property
@@ -52,8 +53,9 @@ class Topology:
     @property
     def reports_outputs(self) -> bool:
         """Whether this process's outputs count in metrics: one process per data-parallel
-        shard (tensor-parallel peers compute the same outputs; a pipeline's first stages none)."""
-        return self.holds_outputs and self.coords["tp"] == 0
+        shard (tensor- and context-parallel peers see the same losses and evaluate the same
+        batches; a pipeline's first stages none)."""
+        return self.holds_outputs and self.coords["tp"] == 0 and self.coords["cp"] == 0
 
     @property
     def output_reporters(self) -> int:
@@ -65,7 +67,7 @@ class Topology:
         """Whether processes hold different gradients after synchronisation (shards, tensor
         parallel slices, pipeline stages): a gradient norm or an fp16 overflow must then be
         agreed over every process."""
-        return self.dims.dp_shard > 1 or self.dims.tp > 1 or self.dims.pp > 1
+        return self.dims.dp_shard > 1 or self.dims.cp > 1 or self.dims.tp > 1 or self.dims.pp > 1
 
     @property
     def shards_state(self) -> bool:
@@ -84,8 +86,19 @@ class Topology:
         return self._mesh
 
     def submesh(self, *names: str):
-        """The mesh of some dimensions (e.g. "dp_replicate", "dp_shard" for FSDP's)."""
+        """The mesh of some dimensions (e.g. "dp_replicate", "dp_shard" for HSDP's)."""
         return self.mesh[names if len(names) > 1 else names[0]]
+
+    def flat(self, *names: str):
+        """One dimension made of several neighbouring ones (e.g. "dp_shard", "cp": the
+        processes FSDP shards over when context-parallel peers hold the same weights), named
+        by joining theirs; a single name is its own dimension. Built once."""
+        if len(names) == 1:
+            return self.submesh(names[0])
+        name = "_".join(names)
+        if name not in self._flat:
+            self._flat[name] = self.submesh(*names)._flatten(name)
+        return self._flat[name]
 
     def group(self, name: str) -> Optional[dist.ProcessGroup]:
         """The process group of one dimension: this process and its peers along it (None:

@@ -49,10 +49,11 @@ def get_strategy(name: str | Strategy, **options: Any) -> Strategy:
 
 def implied_strategy(options: dict[str, Any]) -> str:
     """The strategy a command line means when it gives degrees but no strategy: pipeline
-    with --pp, fsdp with --dp-shard or --dp-replicate, tp with --tp alone; else ddp."""
+    with --pp, fsdp with --dp-shard, --dp-replicate or --cp (alone or with --tp), tp with
+    --tp alone; else ddp."""
     if options.get("pp") is not None or options.get("pipeline_stages") is not None:
         return "pipeline"
-    if options.get("dp_shard") is not None or options.get("dp_replicate") is not None:
+    if options.get("dp_shard") is not None or options.get("dp_replicate") is not None or options.get("cp") is not None:
         return "fsdp"
     if options.get("tp") is not None:
         return "tp"

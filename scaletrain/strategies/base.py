@@ -32,7 +32,7 @@ from ..parallel.checkpointing import MODES as AC_MODES
 from ..values import factory_name, positive_int, reshard_value
 
 #: Degree options, as the strategies that take them name them.
-DEGREES = ("pp", "dp_replicate", "dp_shard", "tp")
+DEGREES = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,9 @@ TP_HELP = ("tensor-parallel degree: each layer's matrices split N ways, by the m
            "Hugging Face models that declare one, such as Llama) or by --parallelize")
 DP_REPLICATE_HELP = "data-parallel replicas, each holding the whole model (or, with dp_shard, a group of shards)"
 DP_SHARD_HELP = "data-parallel shards: each process holds 1/S of parameters, gradients and optimizer state"
+CP_HELP = ("context-parallel degree: each sequence split N ways (load-balanced for causal attention), attention "
+           "computed round a ring of the N processes; they hold the same weights, which FSDP shards over "
+           "dp_shard × cp (built-in GPT, Hugging Face models, or attention through scaled_dot_product_attention)")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class MeshOptions(CommonOptions):
     tp: Optional[int] = option(None, TP_HELP, metavar="N", parse=positive_int)
     dp_replicate: Optional[int] = option(None, DP_REPLICATE_HELP, metavar="R", parse=positive_int)
     dp_shard: Optional[int] = option(None, DP_SHARD_HELP, metavar="S", parse=positive_int)
+    cp: Optional[int] = option(None, CP_HELP, metavar="N", parse=positive_int)
     reshard_after_forward: Optional[Any] = option(
         None, "FSDP after each block's forward: true frees the gathered parameters (ZeRO-3, least memory), false "
               "keeps them for backward (ZeRO-2: one all-gather less per block), N keeps them sharded N ways "
@@ -91,7 +95,7 @@ class MeshOptions(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("tp", "dp_replicate", "dp_shard"):
+        for name in ("tp", "dp_replicate", "dp_shard", "cp"):
             if getattr(self, name) is not None:
                 check_count(name, getattr(self, name), 1, "a whole number of processes")
         if self.reshard_after_forward is not None:
@@ -134,7 +138,8 @@ class Strategy:
         takes = {f.name for f in declared(self.Options)}
         for name in DEGREES:
             if values.get(name) is not None and name not in takes:
-                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')}, tp or pipeline")
+                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')} or tp" if name == "cp"
+                                        else f"{arg('strategy', 'fsdp')}, tp or pipeline")
                 raise UsageError(f"{arg(name, values[name])} does not apply to {arg('strategy', self.name)}; "
                                  f"use {hint}")
 
@@ -182,9 +187,11 @@ class Strategy:
         """Raise UsageError when this strategy cannot run on `world_size` processes."""
         dims = self.dims(world_size)
         reshard = getattr(self.options, "reshard_after_forward", None)
-        if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.dp_shard % reshard:
+        shards = dims.dp_shard * dims.cp  # FSDP shards over both
+        if isinstance(reshard, int) and not isinstance(reshard, bool) and shards % reshard:
+            over = "dp_shard × cp" if dims.cp > 1 else "dp_shard"
             raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
-                             f"after forward, which must divide dp_shard ({dims.dp_shard}); use a divisor of it, or "
+                             f"after forward, which must divide {over} ({shards}); use a divisor of it, or "
                              f"true or false")
 
     def check_model(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
@@ -192,9 +199,13 @@ class Strategy:
         be built on the meta device: only its structure and shapes are read."""
         from ..parallel.tensor_parallel import check_tensor_parallel
 
+        from ..parallel.context_parallel import check_context_parallel
+
         dims = self.dims(world_size)
         if model is not None and dims.tp > 1:
             check_tensor_parallel(model, dims.tp, getattr(self.options, "parallelize", None))
+        if model is not None and dims.cp > 1:
+            check_context_parallel(model)
 
     def preflight(self, world_size: int, model: Optional[nn.Module] = None, batch_size: Optional[int] = None) -> None:
         """Every check that can run in the parent, before processes start."""

@@ -42,7 +42,8 @@ class DDPStrategy(Strategy):
                "dp_shard": f"{arg('strategy', 'fsdp')} (with {arg('dp_replicate')} for hybrid sharding)",
                "dp_replicate": f"{arg('strategy', 'fsdp')} with {arg('dp_shard')} for hybrid sharding (ddp replicates "
                                f"over every process)",
-               "pp": f"{arg('strategy', 'pipeline')}"}
+               "pp": f"{arg('strategy', 'pipeline')}",
+               "cp": f"{arg('strategy', 'fsdp')} with {arg('cp')} (it shards the weights over dp_shard × cp)"}
 
     def describe(self, topology):
         return {**super().describe(topology), "grad_compression": self.options.grad_compression,

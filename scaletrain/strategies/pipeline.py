@@ -45,6 +45,12 @@ class PipelineOptions(MeshOptions):
         if self.pp is not None and self.pipeline_stages is not None and self.pp != self.pipeline_stages:
             raise UsageError(f"{arg('pp', self.pp)} and {arg('pipeline_stages', self.pipeline_stages)} name the same "
                              f"thing; give one of them")
+        if self.cp is not None and self.cp > 1:
+            # The schedule feeds each stage micro-batches of whole sequences; splitting them
+            # across a ring per stage is not built.
+            raise UsageError(f"{arg('cp', self.cp)} does not compose with {arg('strategy', 'pipeline')}: a stage's "
+                             f"micro-batches run on whole sequences; use {arg('strategy', 'fsdp')} with {arg('cp')} "
+                             f"(and {arg('tp')}), or drop {arg('cp')}")
         object.__setattr__(self, "split_points", parse_split_points(self.split_points))
 
 

@@ -29,4 +29,4 @@ class TensorParallelStrategy(Strategy):
         return "dp_replicate" if given["dp_replicate"] is None else None
 
     def data_parallel(self, dims):
-        return "fsdp" if dims.dp_size > 1 else None
+        return "fsdp" if dims.dp_size * dims.cp > 1 else None  # context-parallel peers share weights too
