@@ -1,6 +1,7 @@
 """Parallelisms composed on one device mesh, on the built-in byte-level GPT and a Hugging Face
-Llama built from a config: tensor parallel × 2, FSDP × TP 2 × 2, HSDP 2 × 2, pipeline × FSDP
-2 × 2 and pipeline × FSDP × TP 2 × 2 × 2 (8 processes) each end within 1e-5 of one process
+Llama built from a config: tensor parallel × 2, context parallel × 2, FSDP × TP 2 × 2, HSDP
+2 × 2, pipeline × FSDP 2 × 2, FSDP × CP 2 × 2, CP × TP 2 × 2 and pipeline × FSDP × TP
+2 × 2 × 2 (8 processes) each end within 1e-5 of one process
 on the same global batches after 3 optimizer steps — built whole, and built on the meta device
 and materialised as each process's share, which starts from exactly an ordinary build's
 weights. A 2-D run's checkpoint resumes under
@@ -32,8 +33,11 @@ def test_every_composition_matches_one_process():
     found = [r for n in (2, 4, 8) for r in results(n)]
     meshes = {(r["mesh"], r["model"]) for r in found}
     for mesh in ("tp 2", "dp_shard 2 × tp 2", "dp_replicate 2 × dp_shard 2", "pp 2 × dp_shard 2",
-                 "pp 2 × dp_shard 2 × tp 2"):
+                 "pp 2 × dp_shard 2 × tp 2", "cp 2", "dp_shard 2 × cp 2", "cp 2 × tp 2"):
         assert {(mesh, "stdlib-gpt"), (mesh, "llama")} <= meshes, (mesh, meshes)
+    # Split sequences, the Llama's own loss: labels shifted before the split, averaged over every counted token.
+    own = {r["mesh"] for r in found if r["form"] == "labels"}
+    assert own == {"cp 2", "dp_shard 2 × cp 2", "cp 2 × tp 2"}, own
     assert {r["meta_init"] for r in found} == {False, True}
     for r in found:
         assert r["param_diff"] < ATOL and r["loss_diff"] < ATOL, r
