@@ -20,7 +20,7 @@ from composition_reference import MODELS, compare, reference, train_with  # noqa
 
 CONFIGS = {
     2: [("tp", {}),                                               # tp × 2
-        ("fsdp", {"cp": 2})],                                     # context parallel × 2 (FSDP over its ranks)
+        ("fsdp", {"cp": 2, "activation_checkpointing": "full"})],  # context parallel × 2, blocks recomputed round the ring
     4: [("fsdp", {"tp": 2}),                                      # FSDP × TP, 2 × 2
         ("fsdp", {"dp_replicate": 2}),                            # HSDP, 2 replicas × 2 shards
         ("pipeline", {"pp": 2, "dp_shard": 2}),                   # pipeline × FSDP, 2 × 2
