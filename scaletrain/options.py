@@ -19,12 +19,14 @@ from .errors import UsageError, arg
 
 
 def option(default: Any, help: str, *, metavar: Optional[str] = None, parse: Optional[Callable[[str], Any]] = None,
-           choices: Optional[Iterable[str]] = None, flag: Optional[str] = None, command_line: bool = True) -> Any:
+           choices: Optional[Iterable[str]] = None, flag: Optional[str] = None, command_line: bool = True,
+           aliases: tuple = ()) -> Any:
     """A dataclass field that carries its own documentation. `parse` turns the flag's text
     into the value (and raises ValueError with the reason); `command_line=False` keeps a
-    setting to the library."""
+    setting to the library; `aliases`: other names it is also given by (a keyword, a flag, a
+    configuration key), which messages then use."""
     metadata = {"help": help, "metavar": metavar, "parse": parse, "choices": tuple(choices) if choices else None,
-                "flag": flag, "command_line": command_line}
+                "flag": flag, "command_line": command_line, "aliases": tuple(aliases)}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -39,10 +41,39 @@ def flag_of(f: dataclasses.Field) -> Optional[str]:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
+def aliases_of(cls) -> dict[str, str]:
+    """{alias: the setting it names} for the declared settings of `cls`."""
+    return {alias: f.name for f in declared(cls) for alias in f.metadata.get("aliases", ())}
+
+
+def spellings(cls, values: dict) -> dict[str, str]:
+    """{setting: the alias it was given by} among `values` (messages name what the user typed)."""
+    return {aliases_of(cls)[k]: k for k, v in values.items() if k in aliases_of(cls) and v is not None}
+
+
+def canonical(cls, values: dict) -> dict:
+    """`values` with every alias replaced by the setting it names; a setting given twice with
+    two values is a UsageError."""
+    aliases = aliases_of(cls)
+    found: dict = {}
+    for key, value in values.items():
+        name = aliases.get(key, key)
+        if value is None:
+            found.setdefault(name, None)
+            continue
+        if found.get(name) is not None and found[name][1] != value:
+            first, _ = found[name]
+            raise UsageError(f"{arg(first, found[name][1])} and {arg(key, value)} name the same thing; give one of them")
+        found[name] = (key, value)
+    return {name: given[1] if given is not None else None for name, given in found.items()}
+
+
 def build(cls, what: str, values: dict):
-    """An instance of `cls` from keyword values; a name `cls` does not declare is a
-    UsageError that names the ones it does (`what` says whose settings they are)."""
+    """An instance of `cls` from keyword values (aliases taken for the settings they name); a
+    name `cls` does not declare is a UsageError that names the ones it does (`what` says
+    whose settings they are)."""
     names = [f.name for f in declared(cls)]
+    values = canonical(cls, values)
     unknown = [k for k, v in values.items() if k not in names and v is not None]
     if unknown:
         listed = ", ".join(arg(k, values[k]) for k in unknown)

@@ -16,7 +16,7 @@ def resolve_auto(args: argparse.Namespace, nproc: int) -> list[str]:
     """Sets `args.strategy` and the chosen options on `args`; returns the lines that say why."""
     from ..devices import choose_device
     from ..plan.choose import choose
-    from .plan_cmd import hosts_for, measured_probes, options_from_args
+    from .plan_cmd import hosts_for, machine_from_args, measured_probes
 
     device = choose_device(None if args.device == "auto" else args.device, 0)
     world = nproc * (args.nnodes or 1)
@@ -36,10 +36,10 @@ def resolve_auto(args: argparse.Namespace, nproc: int) -> list[str]:
         world = hosts.world_size
     else:
         probe_args.nproc_per_node = nproc
-    options = options_from_args(probe_args, device.type)
+    machine = machine_from_args(probe_args, device.type)
     probes = measured_probes(probe_args, args.workload if not args.model else f"{args.workload} + {args.model}",
-                             world, options, device.type, say=lambda text: print(text, flush=True), hosts=hosts)
-    choice = choose(probes, world, args.batch_size, options)
+                             world, machine, device.type, say=lambda text: print(text, flush=True), hosts=hosts)
+    choice = choose(probes, world, args.batch_size, machine)
     if choice.chosen is None:
         raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "
                          "--batch-size")

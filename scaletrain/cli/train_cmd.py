@@ -27,7 +27,8 @@ from ..errors import UsageError
 from ..strategies import REGISTRY, get_strategy, implied_strategy, strategy_names
 from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
-from ..workloads import BUILTIN, get_workload
+from ..workloads import BUILTIN
+from ..workloads.model_config import workload_for
 from ..workloads.factories import load_factory
 from ..workloads.tasks import TASKS
 from . import config_file
@@ -61,6 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
     p.add_argument("--dataset", metavar="MODULE:FUNCTION",
                    help="your dataset factory, returning a Dataset (split by --seed) or a (train, held_out) pair")
+    p.add_argument("--model-config", metavar="NAME|FILE",
+                   help="a causal language model built from a transformers config.json or a built-in shape "
+                        "(llama3-8b, llama3-70b, llama3-405b), trained on synthetic tokens (speed work; as "
+                        "`scaletrain plan --hardware` plans it)")
+    p.add_argument("--seq-len", type=positive_int, metavar="S", help="tokens per sequence of --model-config (default 2048)")
     p.add_argument("--epochs", type=positive_int,
                    help="passes over the training data (default: the workload's; with --max-steps, as many as it takes)")
     p.add_argument("--max-steps", type=positive_int, metavar="N",
@@ -119,6 +125,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     options = strategy_options_from_args(args)
     args.strategy = args.strategy or implied_strategy(options)  # recorded as resolved
     config = TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
+                         model_config=args.model_config, seq_len=args.seq_len,
                          epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
                          eval_batch_size=args.eval_batch_size,
                          lr=args.lr, task=None if args.task == "auto" else args.task,
@@ -153,7 +160,7 @@ def validate(config: TrainConfig, nproc: int, here: bool = True, if_unreachable:
         strategy.check_device(device.type)
     check_trackers(config.trackers)
     config.trackers = check_reachable(config.trackers, if_unreachable)
-    workload = get_workload(config.workload, config.model, config.dataset)
+    workload = workload_for(config)
     if config.dataset:
         load_factory(config.dataset, "--dataset")  # importable (the ranks build it, and check what it gives)
     model = meta_model(workload)
@@ -184,7 +191,7 @@ def resume_facts(config: TrainConfig, strategy, world_size: int) -> dict:
 def resolve_workload_defaults(config: TrainConfig, args: argparse.Namespace) -> None:
     """Epochs and learning rate left to the workload become explicit, in both (so the
     recorded configuration says what ran)."""
-    workload = get_workload(config.workload, config.model, config.dataset)
+    workload = workload_for(config)
     if config.max_steps is None:  # with --max-steps alone the ranks take the epochs it needs
         config.epochs = args.epochs = config.epochs or workload.epochs
     config.lr = args.lr = config.lr if config.lr is not None else workload.lr

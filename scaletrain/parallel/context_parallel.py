@@ -39,8 +39,11 @@ from ..batches import call_model, compute_loss, first_tensor, own_loss, split
 from ..errors import UsageError, arg
 from . import cp_attention
 from .blocks import model_blocks
-from .part import ModelPart, ParallelConfig
+from .config import ParallelConfig
+from .dims import CP
+from .part import ModelPart
 from .sequence_split import IGNORE_INDEX, SequenceSplit, shifted_labels
+from .topology import Topology
 
 
 def sequence_part(tensor: torch.Tensor, dim: int = 1) -> torch.Tensor:
@@ -55,13 +58,12 @@ def sequence_part(tensor: torch.Tensor, dim: int = 1) -> torch.Tensor:
 class Splitter:
     """Cuts the calls of one context-parallel group's model, and makes its losses whole."""
 
-    def __init__(self, config: ParallelConfig, hf: bool):
-        topology = config.topology
-        self.cp, self.index = topology.dims.cp, topology.coords["cp"]
-        self.group = topology.group("cp")
+    def __init__(self, topology: Topology, hf: bool):
+        self.cp, self.index = topology.dims.cp, topology.coords[CP]
+        self.group = topology.group(CP)
         ctx = topology.ctx
         self.path = "torch" if cp_attention.torch_path_available(ctx.device.type, ctx.backend) else "ring"
-        self.mesh = topology.submesh("cp") if self.path == "torch" else None
+        self.mesh = topology.submesh(CP) if self.path == "torch" else None
         self.hf = hf
         self.checked = False
         self._splits: dict[int, SequenceSplit] = {}
@@ -210,13 +212,13 @@ class ContextParallel:
     name = "context_parallel"
 
     def enabled(self, config: ParallelConfig) -> bool:
-        return config.topology.dims.cp > 1
+        return config.dims.cp > 1
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+    def apply(self, part: ModelPart, config: ParallelConfig, topology: Topology) -> None:
         module = part.module
         check_context_parallel(module)
         hf = cp_attention.is_hf_model(module)
-        splitter = Splitter(config, hf)
+        splitter = Splitter(topology, hf)
         if splitter.path == "torch":
             cp_attention.enable_torch_path()
         hf_attention = None
@@ -229,7 +231,7 @@ class ContextParallel:
             how = f"scaled_dot_product_attention in {len(blocks) or 1} block(s)"
         part.model = ContextParallelModel(part.model, splitter)
         part.runner = ContextParallelRunner(part, splitter, hf_attention)
-        cp = config.topology.dims.cp
+        cp = config.dims.cp
         kernel = "torch's context parallel" if splitter.path == "torch" else "scaletrain's ring"
         part.facts["context_parallel"] = {"cp": cp, "attention": splitter.path, "split": "load-balanced"}
         part.banner.append(f"context parallel: sequences split {cp} ways (chunks i and {2 * cp - 1}−i), attention "

@@ -18,6 +18,11 @@ class TrainConfig:
     """The user's model factory, `module:function`, replacing the workload's model."""
     dataset: Optional[str] = None
     """The user's dataset factory, `module:function`, replacing the workload's data."""
+    model_config: Optional[str] = None
+    """A causal language model built from a transformers config.json or a built-in shape (llama3-8b, ...),
+    trained on synthetic tokens, in place of the workload."""
+    seq_len: Optional[int] = None
+    """Tokens per sequence of a language-model workload (--model-config: default 2048)."""
     epochs: Optional[int] = None
     """Passes over the training data; None: the workload's default (with `max_steps`: as many as it takes)."""
     max_steps: Optional[int] = None
