@@ -27,7 +27,7 @@ from ..errors import UsageError
 from ..strategies import REGISTRY, get_strategy, implied_strategy, strategy_names
 from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
-from ..workloads import BUILTIN
+from ..workloads import BUILTIN, get_workload
 from ..workloads.model_config import workload_for
 from ..workloads.factories import load_factory
 from ..workloads.tasks import TASKS
@@ -66,12 +66,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a causal language model built from a transformers config.json or a built-in shape "
                         "(llama3-8b, llama3-70b, llama3-405b), trained on synthetic tokens (speed work; as "
                         "`scaletrain plan --hardware` plans it)")
-    p.add_argument("--seq-len", type=positive_int, metavar="S", help="tokens per sequence of --model-config (default 2048)")
+    p.add_argument("--seq-len", type=positive_int, metavar="S",
+                   help="tokens per sequence of a language model: stdlib-gpt (default 64), --model-config (default 2048)")
     p.add_argument("--epochs", type=positive_int,
                    help="passes over the training data (default: the workload's; with --max-steps, as many as it takes)")
     p.add_argument("--max-steps", type=positive_int, metavar="N",
                    help="stop after N optimizer steps, with the final evaluation and checkpoint as at an epoch's end")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
+    p.add_argument("--batch-size", type=positive_int,
+                   help="samples per process per step (default 32; stdlib-gpt with --seq-len: as many as make 2,048 "
+                        "tokens, at least 1)")
     p.add_argument("--eval-batch-size", type=positive_int, default=256, help="samples per process per evaluation step")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: the workload's)")
     p.add_argument("--task", choices=["auto", *TASKS], default="auto",
@@ -124,6 +127,7 @@ def build_parser() -> OneLineParser:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     options = strategy_options_from_args(args)
     args.strategy = args.strategy or implied_strategy(options)  # recorded as resolved
+    args.batch_size = args.batch_size or default_batch_size(args)
     config = TrainConfig(strategy=args.strategy, workload=args.workload, model=args.model, dataset=args.dataset,
                          model_config=args.model_config, seq_len=args.seq_len,
                          epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
@@ -134,6 +138,13 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                          strategy_options=options, auto_choice=getattr(args, "auto_choice", None), **fault_config(args),
                          **track_config(args))
     return apply_perf_options(args, config)
+
+
+def default_batch_size(args: argparse.Namespace) -> int:
+    """The workload's batch size (a language model's with --seq-len holds its tokens per batch)."""
+    if args.model_config:
+        return TrainConfig.batch_size
+    return get_workload(args.workload, args.model, args.dataset, args.seq_len).batch_size
 
 
 def default_nproc(strategy: str) -> int:
@@ -165,6 +176,7 @@ def validate(config: TrainConfig, nproc: int, here: bool = True, if_unreachable:
         load_factory(config.dataset, "--dataset")  # importable (the ranks build it, and check what it gives)
     model = meta_model(workload)
     strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
+    workload.check_context_parallel(strategy.dims(nproc).cp)  # sequences it can split
     return strategy, model
 
 

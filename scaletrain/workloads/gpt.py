@@ -70,8 +70,9 @@ class Head(nn.Module):
         return self.out(self.norm(x))
 
 
-def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4) -> nn.Sequential:
-    return nn.Sequential(Embedding(width), *[Block(width, heads) for _ in range(layers)], Head(width))
+def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4, context: int = CONTEXT) -> nn.Sequential:
+    """The model for sequences of up to `context` tokens (the size of its position table)."""
+    return nn.Sequential(Embedding(width, context), *[Block(width, heads) for _ in range(layers)], Head(width))
 
 
 def lm_loss(output, targets: torch.Tensor) -> torch.Tensor:
