@@ -45,7 +45,7 @@ from .parallel import ModelPart, Prepared, Topology
 from .parallel.model_state import ModuleState
 from .precision import LossScaler
 from .run_collectives import RunCollectives
-from .strategies import Strategy, get_strategy
+from .strategies import Strategy, get_strategy, implied_strategy
 from .track import Trackers, TrackerSpec, check_trackers, open_trackers
 
 
@@ -464,13 +464,15 @@ def _timeout(value: Optional[float | timedelta]) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
+def init(strategy: Optional[str | Strategy] = None, *, backend: Optional[str] = None, device: Optional[str] = None,
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
          tracker_dir: Optional[str | Path] = None, steady_memory: Optional[bool] = None,
          **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
+    `strategy`: a name or a Strategy; without one, what the degrees given imply (as on the
+    command line: `cp=2` or `dp_shard=2` fsdp, `tp=2` alone tp, `pp=2` pipeline), else ddp.
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
     `scaletrain launch` it joins the job. `seed` is applied on every rank (None: leave the
     random state alone). `timeout`: seconds (or a timedelta) a rank waits for its peers
@@ -484,7 +486,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     env = detect(os.environ if environ is None else environ)
     if wanted(steady_memory, os.environ if environ is None else environ):
         make_steady()  # before the model and the data: every large tensor from here on
-    strat = get_strategy(strategy, **strategy_options)
+    strat = get_strategy(strategy or implied_strategy(strategy_options), **strategy_options)
     wait = _timeout(timeout)
     check_trackers(trackers)  # a missing package is found before any process waits for this one
     dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))

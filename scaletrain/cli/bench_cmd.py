@@ -71,7 +71,12 @@ def settings_from_args(args: argparse.Namespace):
         raise UsageError(f"--lr {args.lr}: must be greater than 0")
     if args.lr_warmup_steps is not None and args.lr_warmup_steps < 0:
         raise UsageError(f"--lr-warmup-steps {args.lr_warmup_steps}: must be 0 or more")
-    return BenchSettings(workload=workload, model=args.model, dataset=args.dataset, batch_size=args.batch_size,
+    if args.batch_size is None:  # the workload's, as train takes it
+        from ..workloads import get_workload
+
+        args.batch_size = get_workload(workload, args.model, args.dataset, args.seq_len).batch_size
+    return BenchSettings(workload=workload, model=args.model, dataset=args.dataset, seq_len=args.seq_len,
+                         batch_size=args.batch_size,
                          steps=args.steps, warmup=args.warmup, min_seconds=args.min_seconds,
                          accuracy=args.accuracy, epochs=args.epochs,
                          lr=args.lr, lr_warmup_steps=args.lr_warmup_steps, seed=args.seed,

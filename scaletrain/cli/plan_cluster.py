@@ -15,9 +15,12 @@ from pathlib import Path
 from ..errors import UsageError
 from .parsing import positive_int
 
+CLUSTER_SEQ_LEN = 8192  # --seq-len's default with --hardware
+
+
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     """The flags only a cluster plan reads (--tp, --pp, --dp-shard, --dp-replicate, --cp,
-    --choose, --json, --out and --strategy are plan's own and mean the same here)."""
+    --seq-len, --choose, --json, --out and --strategy are plan's own and mean the same here)."""
     g = p.add_argument_group("a GPU cluster (with --hardware: predicted from a hardware profile, nothing measured; "
                                  "the degrees not given, --cp for long sequences among them, are searched)")
     g.add_argument("--hardware", metavar="NAME|FILE",
@@ -26,7 +29,6 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="GPUs per node (default: the profile's)")
     g.add_argument("--model-config", metavar="NAME|FILE",
                    help="llama3-8b, llama3-70b, llama3-405b, or a transformers config.json (decoder-only)")
-    g.add_argument("--seq-len", type=positive_int, default=8192, metavar="S", help="tokens per sequence (default 8192)")
     g.add_argument("--global-batch", type=positive_int, metavar="B", help="sequences per optimizer step (default: 2 per GPU)")
     g.add_argument("--micro-batch", type=positive_int, metavar="M", help="sequences per forward on one GPU (default: searched)")
     g.add_argument("--activation-checkpointing", choices=["none", "selective", "full"],
@@ -44,6 +46,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     from ..plan.cluster.shapes import load_shape
 
     profile = load_profile(args.hardware)
+    seq_len = args.seq_len or CLUSTER_SEQ_LEN
     if not args.model_config:
         raise UsageError("--hardware plans a model by its shape: give --model-config llama3-8b (or llama3-70b, "
                          "llama3-405b, or a transformers config.json)")
@@ -52,10 +55,10 @@ def run_cluster(args: argparse.Namespace) -> int:
     gpus = args.gpus or gpn
     if gpus > gpn and gpus % gpn:
         raise UsageError(f"--gpus {gpus} is not a whole number of nodes of {gpn} GPUs (--gpus-per-node)")
-    if args.seq_len > shape.max_positions:
-        raise UsageError(f"--seq-len {args.seq_len} is longer than {shape.name}'s {shape.max_positions} positions "
+    if seq_len > shape.max_positions:
+        raise UsageError(f"--seq-len {seq_len} is longer than {shape.name}'s {shape.max_positions} positions "
                          f"(max_position_embeddings); give --seq-len {shape.max_positions} or less")
-    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), args.seq_len, args.global_batch or 2 * gpus,
+    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), seq_len, args.global_batch or 2 * gpus,
                         args.model_config)
     fixed = Fixed(strategy=_strategy(args), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
                   dp_replicate=args.dp_replicate, microbatch=args.micro_batch,
@@ -67,7 +70,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     best, runner_up = choose(predictions)
     rows = [report.row(p, scenario) for p in predictions]
     result = {"hardware": profile.name, "basis": profile.basis, "model": shape.name, "parameters": shape.parameters,
-              "gpus": gpus, "gpus_per_node": scenario.gpus_per_node, "seq_len": args.seq_len,
+              "gpus": gpus, "gpus_per_node": scenario.gpus_per_node, "seq_len": seq_len,
               "global_batch": scenario.global_batch, "configurations": rows,
               "chosen": report.row(best, scenario) if best else None,
               "runner_up": report.row(runner_up, scenario) if runner_up else None}

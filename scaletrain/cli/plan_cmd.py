@@ -45,7 +45,12 @@ def add_model_arguments(p: argparse.ArgumentParser, default_workload: str | None
                    help=f"built-in workload: {', '.join(BUILTIN)} ({default_note or 'default ' + str(default_workload)})")
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
     p.add_argument("--dataset", metavar="MODULE:FUNCTION", help="your dataset factory (a Dataset or a (train, held_out) pair)")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
+    p.add_argument("--batch-size", type=positive_int,
+                   help="samples per process per step (default 32; stdlib-gpt with --seq-len: as many as make 2,048 "
+                        "tokens, at least 1)")
+    p.add_argument("--seq-len", type=positive_int, metavar="S",
+                   help="tokens per sequence of a language-model workload (stdlib-gpt: default 64); with --hardware "
+                        "(plan): of the model planned (default 8192)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data order (default 0)")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl", "mpi", "ccl"], default="auto",
                    help="communication backend (default: nccl on CUDA, gloo on CPU)")
@@ -182,7 +187,7 @@ def machine_from_args(args: argparse.Namespace, device_type: str):
 def workload_from_args(args: argparse.Namespace):
     from ..workloads import get_workload
 
-    workload = get_workload(args.workload, args.model, args.dataset)
+    workload = get_workload(args.workload, args.model, args.dataset, args.seq_len)
     if args.model:
         workload.build_model()  # a broken factory fails here, in one line, before anything runs
     if args.dataset:
@@ -206,7 +211,8 @@ def parse_strategies(text: str, extra: tuple = ()) -> list[str]:
 
 def probe_spec(args: argparse.Namespace, workload: str) -> dict:
     """What every probe job measures, as names (the jobs rebuild the workload themselves)."""
-    return {"workload": workload, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
+    return {"workload": workload, "model": args.model, "dataset": args.dataset, "seq_len": args.seq_len,
+            "batch_size": args.batch_size,
             "seed": args.seed, "device": None if args.device == "auto" else args.device,
             "backend": None if args.backend == "auto" else args.backend, "steps": args.steps,
             "warmup": args.warmup, "min_seconds": args.min_seconds, "microbatches": getattr(args, "microbatches", None)}
@@ -226,6 +232,15 @@ def be_a_probe_rank(args: argparse.Namespace) -> int:
     return 0
 
 
+def resolve_batch_size(args: argparse.Namespace) -> None:
+    """--batch-size left out: the workload's (a language model's with --seq-len holds its
+    tokens per batch), recorded in the arguments as `train` records it."""
+    from ..workloads import get_workload
+
+    if args.batch_size is None:
+        args.batch_size = get_workload(args.workload, args.model, args.dataset, args.seq_len).batch_size
+
+
 def run(args: argparse.Namespace) -> int:
     from ..environment import detect
 
@@ -233,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
         from .plan_cluster import run_cluster
 
         return run_cluster(args)
+    resolve_batch_size(args)
     apply_steady_memory(args)
     if detect(os.environ).launched:
         return be_a_probe_rank(args)

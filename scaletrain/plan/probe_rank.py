@@ -116,7 +116,7 @@ def measure_tp_round(spec: dict) -> dict:
     from ..api import init
     from ..workloads import get_workload
 
-    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"))
+    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"), spec.get("seq_len"))
     with init(strategy="ddp", backend=spec.get("backend"), device=spec.get("device"), threads=spec.get("threads"),
               seed=spec["seed"]) as run:
         if not declared_plan(workload.build_model()):
@@ -138,7 +138,7 @@ def measure_probe_round(spec: dict) -> dict:
     from ..api import init
     from ..workloads import get_workload
 
-    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"))
+    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"), spec.get("seq_len"))
     with init(strategy="ddp", backend=spec.get("backend"), device=spec.get("device"), threads=spec.get("threads"),
               seed=spec["seed"]) as run:
         train_set, _ = workload.build_datasets(spec["seed"])
