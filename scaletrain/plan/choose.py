@@ -58,8 +58,10 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
-    """(strategy, options) for every configuration worth predicting on `world_size` processes."""
+def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool,
+               sequence: int = 0) -> list[tuple[str, dict]]:
+    """(strategy, options) for every configuration worth predicting on `world_size` processes
+    (`sequence`: the tokens of a sequence context parallel could split; 0: none)."""
     found: list[tuple[str, dict]] = []
     if world_size == 1:
         found.append(("single", {}))
@@ -73,6 +75,9 @@ def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: b
                 found.append(("tp", {"tp": t}))
                 if t < world_size:
                     found.append(("fsdp", {"tp": t}))
+    for c in _divisors(world_size):
+        if c > 1 and sequence and sequence % (2 * c) == 0:
+            found.append(("fsdp", {"cp": c}))  # FSDP over the context-parallel ranks (and dp_shard)
     for p in _divisors(world_size):
         if 1 < p <= blocks:
             for m in sorted({p, 2 * p, 4 * p}):
@@ -148,7 +153,7 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machi
     probe = probes[0]
     fp = probe.footprint
     tensor_parallel = bool(fp.block_tp_param_bytes)
-    found = candidates(world_size, batch_size, len(fp.block_param_bytes), tensor_parallel)
+    found = candidates(world_size, batch_size, len(fp.block_param_bytes), tensor_parallel, fp.attention_sequence)
     predicted: list[tuple[Prediction, list[float]]] = []
     rejected, every = [], []
     for name, chosen_options in found:
@@ -204,6 +209,8 @@ def cache_key(spec: dict, world_size: int, nproc_per_node: int, device_type: str
     from ..version import __version__
 
     facts = {k: spec.get(k) for k in ("workload", "model", "dataset", "batch_size", "seed", "device", "backend")}
+    if spec.get("seq_len") is not None:
+        facts["seq_len"] = spec["seq_len"]
     facts.update(world_size=world_size, nproc_per_node=nproc_per_node, device_type=device_type, cores=cores,
                  host=platform.node(), hosts=hosts, torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd())
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from ..parallel.config import DDP, FSDP, SPLIT, ParallelConfig
 from ..parallel.dims import DP_REPLICATE, DP_SHARD
+from . import context_parallel_cost as cp_cost
 from . import formulas as f
 from .configuration import configuration
 from .machine import Machine
@@ -297,6 +298,7 @@ def _mesh(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig, machine
     stage = max(groups, key=lambda g: sum(fp.block_param_bytes[i] for i in g))
     stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
     tp_share = _tp_share(fp, dims.tp, stage)
+    work_share = tp_share * cp_cost.token_share(config)  # of forward and backward: heads and tokens split
     held = fp.param_bytes * stage_fraction * tp_share
     state_share = stage_fraction * tp_share / (dims.shards if config.data_parallel == FSDP else 1)
     note = ""
@@ -325,10 +327,11 @@ def _mesh(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig, machine
     else:
         # The measured step, less the shares of forward + backward and of the optimizer step
         # that other processes take (the whole step when they take none).
-        compute = c.step_s - c.fb_s * (1 - tp_share) - c.optimizer_s * (1 - state_share)
+        compute = c.step_s - c.fb_s * (1 - work_share) - c.optimizer_s * (1 - state_share)
         transfer = 0.0
-        tp_comm = _tp_comm(probe, s, config, stage, per_process, 1)
-    compute += recompute_seconds(config, c.fb_s * tp_share)
+        tp_comm = _tp_comm(probe, s, config, stage, per_process * cp_cost.token_share(config), 1)
+    compute += recompute_seconds(config, c.fb_s * work_share)
+    ring = cp_cost.ring_seconds(probe, s, config, per_process)
     # The machinery's own work (plan/overheads.py), on cores shared as the arithmetic's are:
     # FSDP's copies and bookkeeping for the share held, and across machines what its gathers
     # took from the step there, for the bytes gathered across them; tensor parallel's DTensor
@@ -346,7 +349,7 @@ def _mesh(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig, machine
     # DDP hides its buckets behind the part of backward after them; FSDP's prefetches hide
     # behind forward and backward alike; tensor parallel's all-reduces and the pipeline's
     # transfers are on the critical path.
-    hideable = (f.BACKWARD_SHARE if config.data_parallel == DDP else 1.0) * c.fb_s * tp_share
+    hideable = (f.BACKWARD_SHARE if config.data_parallel == DDP else 1.0) * c.fb_s * work_share
     exposed_dp = f.exposed_seconds(dp_comm, hideable, o.overlap)
     if config.data_parallel == DDP and o.overlap < 1 and s.nodes > 1 and s.link is not None:
         # Across machines, of DDP's all-reduce only the cores' own part (what it takes on this
@@ -354,8 +357,8 @@ def _mesh(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig, machine
         # cores go on with the backward that the later buckets wait for.
         on_cores = min(dp_comm, _data_parallel_comm(probe, s.group(1), config, held, grads, len(stage), largest))
         exposed_dp = f.exposed_seconds(on_cores, hideable, o.overlap) + max(0.0, dp_comm - on_cores - hideable)
-    exposed = exposed_dp + tp_comm + transfer
-    cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer, "exposed": exposed,
+    exposed = exposed_dp + tp_comm + transfer + cp_cost.ring_exposed(probe, o, ring, c.fb_s * work_share)
+    cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer + ring, "exposed": exposed,
             "batch": per_process * dims.dp_size,
             "memory": _stage_peak(probe, config, groups)}
     if config.data_parallel == DDP and dims.enabled() in ((), ("dp_replicate",)):

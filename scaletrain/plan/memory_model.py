@@ -72,6 +72,8 @@ def in_use(probe: Probe, config: ParallelConfig, units: list[int], stage_fractio
         samples, microbatch = batch / m * in_flight, batch / m
     else:
         samples = microbatch = batch
+    # Context parallel keeps 1/cp of every sequence's tokens, and of what they keep for backward.
+    samples, microbatch = samples / dims.cp, microbatch / dims.cp
     # Tensor parallel splits the activations inside attention and the MLP (heads, hidden units);
     # the residual stream and the norms' stay whole in every process: about half of them.
     activation_share = (1 + tp_share) / 2

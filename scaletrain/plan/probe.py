@@ -157,7 +157,7 @@ class Probe:
 
 def footprint_from_dict(fp: dict) -> Footprint:
     lists = ("block_param_bytes", "grad_tensor_bytes", "block_tp_param_bytes", "block_tp_reduce_bytes_per_sample")
-    lists = (*lists, "block_activation_bytes_per_sample", "unit_output_bytes_per_sample")
+    lists = (*lists, "block_activation_bytes_per_sample", "unit_output_bytes_per_sample", "attention_kv_bytes_per_sample")
     return Footprint(**{**fp, **{k: tuple(fp[k]) for k in lists if k in fp}})
 
 
