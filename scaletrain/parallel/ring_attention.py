@@ -43,6 +43,7 @@ KEYS_AND_VALUES, GRADIENTS = 1, 2  # the exchanges' tags
 def block_attention(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(output in q's dtype, log-sum-exp in float32 (B, H, Tq)) of q against k, v."""
     if q.device.type == "cuda":
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out, lse = aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)[:2]
         return out, lse[..., : q.shape[2]]  # the kernel pads its log-sum-exp to a multiple of 32
     return aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
@@ -53,7 +54,8 @@ def block_backward(grad, q, k, v, out, lse, causal: bool, scale: float):
     if q.device.type == "cuda":
         pad = (-lse.shape[-1]) % 32
         lse = torch.nn.functional.pad(lse, (0, pad)) if pad else lse
-        zero = torch.zeros((), dtype=torch.int64, device=q.device)
+        zero = torch.zeros((), dtype=torch.int64, device=q.device)  # the dropout's seed and offset: no dropout
+        grad, q, k, v, out = (t.contiguous() for t in (grad, q, k, v, out))
         return aten._scaled_dot_product_efficient_attention_backward(
             grad, q, k, v, None, out, lse.contiguous(), zero, zero, 0.0, [True, True, True, False], causal,
             scale=scale)[:3]
@@ -62,12 +64,13 @@ def block_backward(grad, q, k, v, out, lse, causal: bool, scale: float):
 
 
 # -- the exchange ---------------------------------------------------------------------------
-class _Exchange:
-    """Sends a tensor to the next process of the ring while receiving the previous one's."""
+class Exchange:
+    """Sends a tensor to the next process of the ring while receiving the previous one's.
+    (`rank` and `size` place this process on the ring; the ring's steps read them.)"""
 
     def __init__(self, group: Optional[dist.ProcessGroup]):
         self.group = group
-        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        self.rank, self.size = rank, size = dist.get_rank(group), dist.get_world_size(group)
         self.next = dist.get_global_rank(group, (rank + 1) % size) if group is not None else (rank + 1) % size
         self.prev = dist.get_global_rank(group, (rank - 1) % size) if group is not None else (rank - 1) % size
         self.staged = dist.get_backend(group) == "gloo"
@@ -139,10 +142,9 @@ def _fold_heads(grad: torch.Tensor, kv_heads: int) -> torch.Tensor:
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, group, scale, causal):
-        rank, size = dist.get_rank(group), dist.get_world_size(group)
+    def forward(ctx, q, k, v, exchange, scale, causal):
+        rank, size = exchange.rank, exchange.size
         heads, length = q.shape[1], q.shape[2]
-        exchange = _Exchange(group)
         out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.float32, device=q.device)
         kv = (k, v)
@@ -156,17 +158,16 @@ class _RingAttention(torch.autograd.Function):
                 kv = tuple(_unpack(pending.wait(), kv))
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.group, ctx.scale, ctx.causal = group, scale, causal
+        ctx.exchange, ctx.scale, ctx.causal = exchange, scale, causal
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        group, scale, causal = ctx.group, ctx.scale, ctx.causal
-        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        exchange, scale, causal = ctx.exchange, ctx.scale, ctx.causal
+        rank, size = exchange.rank, exchange.size
         heads, length = q.shape[1], q.shape[2]
         grad_out = grad_out.contiguous().to(q.dtype)
-        exchange = _Exchange(group)
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         kv = (k, v)
         acc = torch.zeros(k.numel() + v.numel(), dtype=torch.float32, device=q.device)  # dk, dv of the piece held
@@ -202,11 +203,13 @@ def _merge(out: torch.Tensor, lse: torch.Tensor, rows: slice, o_b: torch.Tensor,
 
 @torch.compiler.disable
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Optional[dist.ProcessGroup], *,
-                   causal: bool = True, scale: Optional[float] = None) -> torch.Tensor:
+                   causal: bool = True, scale: Optional[float] = None, exchange=None) -> torch.Tensor:
     """Attention of the local queries (B, H, T/cp, D) to the whole sequence's keys and
     values, whose local pieces (B, H_kv, T/cp, D) are `k` and `v` (H_kv divides H: grouped
     queries), over the processes of `group` (None: the whole world). Causal attention
-    assumes the load-balanced split. Differentiable; exact to round-off."""
+    assumes the load-balanced split. Differentiable; exact to round-off. (`exchange`: what
+    passes the pieces on instead of `group`'s `Exchange` — the plan's probe times a ring
+    process's arithmetic with one that sends nothing.)"""
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    return _RingAttention.apply(q, k, v, group, float(scale), bool(causal))
+    return _RingAttention.apply(q, k, v, exchange or Exchange(group), float(scale), bool(causal))

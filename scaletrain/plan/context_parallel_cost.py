@@ -25,6 +25,27 @@ from .probe import Probe
 from .scenario import Scenario
 
 
+def ring_arithmetic_seconds(probe: Probe, config: ParallelConfig, forward_backward_s: float) -> float:
+    """What the ring's blocks and merges add to a process's attention beyond 1/cp of the whole
+    sequence's (the probe's ratio for this cp, else the nearest degree measured), in a step
+    whose forward and backward take `forward_backward_s` on one process for the whole sequence."""
+    cp = config.dims.cp
+    if cp == 1 or not probe.ring_ratio:
+        return 0.0
+    ratio = probe.ring_ratio.get(cp) or probe.ring_ratio[min(probe.ring_ratio, key=lambda c: abs(c - cp))]
+    return forward_backward_s * probe.attention_fraction * (ratio - 1) / cp
+
+
+def measured_ring_seconds(probe: Probe, s: Scenario, config: ParallelConfig, forward_backward_s: float):
+    """Where the probe ran this ring — as many processes as its job, as many threads — what the
+    ring took beyond its arithmetic there (its communication and waiting), for this step; None
+    where it did not."""
+    m, cp = probe.ring_mesh, config.dims.cp
+    if m is None or m.world_size != cp or m.threads != s.threads or not probe.ring_ratio.get(cp):
+        return None
+    return max(0.0, forward_backward_s * probe.attention_fraction * (m.step_s - probe.ring_ratio[cp]) / cp)
+
+
 def token_share(config: ParallelConfig) -> float:
     """The share of each sequence's tokens, and of forward and backward, a process computes."""
     return 1.0 / config.dims.cp

@@ -331,7 +331,9 @@ def _mesh(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig, machine
         transfer = 0.0
         tp_comm = _tp_comm(probe, s, config, stage, per_process * cp_cost.token_share(config), 1)
     compute += recompute_seconds(config, c.fb_s * work_share)
+    compute += cp_cost.ring_arithmetic_seconds(probe, config, c.fb_s * tp_share)
     ring = cp_cost.ring_seconds(probe, s, config, per_process)
+    measured_ring = cp_cost.measured_ring_seconds(probe, s, config, c.fb_s * tp_share)
     # The machinery's own work (plan/overheads.py), on cores shared as the arithmetic's are:
     # FSDP's copies and bookkeeping for the share held, and across machines what its gathers
     # took from the step there, for the bytes gathered across them; tensor parallel's DTensor
@@ -357,7 +359,8 @@ def _mesh(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig, machine
         # cores go on with the backward that the later buckets wait for.
         on_cores = min(dp_comm, _data_parallel_comm(probe, s.group(1), config, held, grads, len(stage), largest))
         exposed_dp = f.exposed_seconds(on_cores, hideable, o.overlap) + max(0.0, dp_comm - on_cores - hideable)
-    exposed = exposed_dp + tp_comm + transfer + cp_cost.ring_exposed(probe, o, ring, c.fb_s * work_share)
+    exposed_ring = cp_cost.ring_exposed(probe, o, ring, c.fb_s * work_share) if measured_ring is None else measured_ring
+    exposed = exposed_dp + tp_comm + transfer + exposed_ring
     cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer + ring, "exposed": exposed,
             "batch": per_process * dims.dp_size,
             "memory": _stage_peak(probe, config, groups)}

@@ -59,9 +59,9 @@ class ProbeJobs:
                 "--steps", str(s["steps"]), "--warmup", str(s["warmup"]), "--min-seconds", str(s["min_seconds"]),
                 *(["--microbatches", str(s["microbatches"])] if s.get("microbatches") else []),
                 "--threads", str(threads), "--out", str(out)]
-        for flag in ("model", "dataset", "device", "backend"):
+        for flag in ("model", "dataset", "device", "backend", "seq_len"):
             if s.get(flag):
-                argv += [f"--{flag}", str(s[flag])]
+                argv += [f"--{flag.replace('_', '-')}", str(s[flag])]
         return argv
 
     def run_round(self, folder: Path, reverse: bool = False) -> Probe:

@@ -146,6 +146,14 @@ class Probe:
     network: Optional[Link] = None
     """The all-reduce between machines (one process on each), measured across --hosts; None:
     one machine measured, and the network is the nominal --link-gbps / --link-latency-us."""
+    attention_fraction: float = 0.0
+    """Attention's share of a step's forward and backward time (one process; 0: no attention)."""
+    ring_ratio: dict = field(default_factory=dict)
+    """cp -> one process of a context-parallel ring of cp: its attention's arithmetic ÷ 1/cp of
+    the whole sequence's attention (the ring's blocks and merges; no communication)."""
+    ring_mesh: Optional[MeshStep] = None
+    """The same ratio for a real ring across the processes of the job of several (`step_s`
+    holds the ratio): communication and waiting included."""
 
     @property
     def step_s(self) -> dict:
@@ -182,7 +190,10 @@ def probe_from_dict(doc: dict) -> Probe:
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=doc.get("memory_peak_bytes", 0.0),
                  tp_step=MeshStep(**doc["tp_step"]) if doc.get("tp_step") else None,
-                 network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None)
+                 network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None,
+                 attention_fraction=doc.get("attention_fraction", 0.0),
+                 ring_ratio={int(cp): r for cp, r in doc.get("ring_ratio", {}).items()},
+                 ring_mesh=MeshStep(**doc["ring_mesh"]) if doc.get("ring_mesh") else None)
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -199,6 +210,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
     ddp = next((DdpStep(j["world_size"], t, j["ddp_step_s"], j["step_s"]) for t, j in jobs.items()
                 if "ddp_step_s" in j), None)
     tp = next((MeshStep(j["world_size"], t, j["tp_mesh_step_s"]) for t, j in jobs.items() if "tp_mesh_step_s" in j), None)
+    ring = next((MeshStep(j["world_size"], t, j["ring_mesh_ratio"]) for t, j in jobs.items() if "ring_mesh_ratio" in j),
+                None)
     return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
                  footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
@@ -209,7 +222,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=single.get("memory_peak_bytes", 0.0),
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
-                 tp_step=tp)
+                 tp_step=tp, attention_fraction=single.get("attention_fraction", 0.0),
+                 ring_ratio={int(cp): r for cp, r in single.get("ring_ratio", {}).items()}, ring_mesh=ring)
 
 
 def _sizes(rows) -> tuple:

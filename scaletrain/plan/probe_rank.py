@@ -26,6 +26,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
+from ..batches import split
 from ..measure.clock import Clock
 from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
@@ -197,6 +198,7 @@ def measure_probe_round(spec: dict) -> dict:
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
         if run.world_size > 1 and not spec.get("steps_only"):  # (across hosts: the steps; the links on their own)
             result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
+            result.update(_ring_facts(module, split(next(batches))[0], run))
             if declared_plan(module):
                 # Tensor parallel across every process of the job, as it waits in a real run.
                 seconds = tp_step_seconds(workload.build_model, workload.lr, same_batches(batches, run.device), loss_fn,
@@ -219,6 +221,22 @@ def measure_probe_round(spec: dict) -> dict:
                 if seconds is not None:
                     result[key] = seconds
         return result
+
+
+def _ring_facts(module, inputs, run) -> dict:
+    """Context parallel's ring across every process of the job, as it runs in a real step
+    (communication and the ranks waiting for each other included), against the whole
+    sequence's attention timed in the same processes: {"ring_mesh_ratio": a ring process's
+    time × cp ÷ the whole's}; {} for a model without attention, or sequences the job's ring
+    cannot split."""
+    from ..measure.attention import attention_seconds
+
+    cp = run.world_size
+    whole, ring = attention_seconds(module, inputs, (cp,), group=dist.group.WORLD)
+    if cp not in ring or not whole:
+        return {}
+    ratio = run.mean(torch.tensor([ring[cp] * cp / whole], dtype=torch.float64)).item()
+    return {"ring_mesh_ratio": ratio}
 
 
 def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
@@ -244,6 +262,12 @@ def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
 
     found = {"footprint": footprint.as_dict(), "block_s": times(len(targets)), "block_micro_s": times(micro),
              "microbatch_size": micro, "block_sizes_s": [[n, times(n)] for n in between]}
+    if footprint.attention_kv_bytes_per_sample:  # what context parallel's ring would cost its arithmetic
+        from ..measure.attention import attention_seconds
+
+        whole, ring = attention_seconds(module, inputs)
+        found.update(attention_fraction=whole / max(1e-9, sum(found["block_s"])),
+                     ring_ratio={cp: seconds * cp / whole for cp, seconds in ring.items()})
     threads = torch.get_num_threads()
     if threads > 1:
         # The same on one thread, what a pipeline stage of a crowded machine has: a block's
