@@ -49,10 +49,10 @@ def test_a_sequence_the_split_cannot_cut_is_refused_in_one_line():
 def test_strategies_that_cannot_split_sequences_refuse_cp():
     import scaletrain.strategies as strategies
 
-    with pytest.raises(UsageError, match="strategy='fsdp' with cp"):
+    with pytest.raises(UsageError, match="does not apply to strategy='ddp'; use strategy='fsdp' or tp"):
         strategies.get_strategy("ddp", cp=2)
     with pytest.raises(UsageError, match="does not compose with"):
-        strategies.get_strategy("pipeline", cp=2, pp=2)
+        strategies.get_strategy("pipeline", cp=2, pp=2).check_world_size(4)
     assert strategies.implied_strategy({"cp": 2}) == "fsdp"
     dims = strategies.get_strategy("fsdp", cp=2).dims(8)
     assert (dims.dp_shard, dims.cp, dims.dp_size) == (4, 2, 4)

@@ -105,9 +105,8 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig, topology: Topology) -> 
     part.facts.update({"sharded_blocks": blocks, "shards": dims.shards, "replicas": dims.dp_replicate,
                        "reshard_after_forward": True if reshard is None else reshard,
                        "offload": bool(config.option("offload", False))})
-    over = " (dp_shard × cp)" if dims.cp > 1 else ""
-    how = (f"{dims.shards} ways{over}" if dims.dp_replicate == 1 else
-           f"{dims.shards} ways{over} within each of {dims.dp_replicate} replica groups" if dims.shards > 1 else
+    how = (f"{dims.shards} ways" if dims.dp_replicate == 1 else
+           f"{dims.shards} ways within each of {dims.dp_replicate} replica groups" if dims.shards > 1 else
            f"across {dims.dp_replicate} replicas")
     part.banner.append(f"fsdp: {len(blocks)} block(s) ({', '.join(blocks)}) and the root {kind} {how}")
 

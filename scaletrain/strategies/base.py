@@ -141,7 +141,7 @@ class Strategy:
         takes = {f.name for f in declared(self.Options)}
         for name in MESH_DIMS:
             if values.get(name) is not None and name not in takes:
-                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')} or tp" if name == CP
+                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')} or tp (FSDP over dp_shard × cp)" if name == CP
                                         else f"{arg('strategy', 'fsdp')}, tp or pipeline")
                 raise UsageError(f"{arg(name, values[name])} does not apply to {arg('strategy', self.name)}; "
                                  f"use {hint}")
@@ -185,6 +185,12 @@ class Strategy:
     def check_world_size(self, world_size: int) -> None:
         """Raise UsageError when this strategy cannot run on `world_size` processes."""
         dims = self.dims(world_size)
+        if dims.cp > 1 and self.pipelined:
+            # A schedule feeds each stage micro-batches of whole sequences; splitting them round
+            # a ring in every stage is not built.
+            raise UsageError(f"{arg('cp', dims.cp)} does not compose with {arg('strategy', self.name)}: its stages run "
+                             f"micro-batches of whole sequences; use {arg('strategy', 'fsdp')} with {arg('cp')} (and "
+                             f"{arg('tp')}), or drop {arg('cp')}")
         reshard = getattr(self.options, "reshard_after_forward", None)
         if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.shards % reshard:
             over = "dp_shard × cp" if dims.cp > 1 else "dp_shard"  # FSDP shards over both

@@ -10,7 +10,7 @@ from ..errors import arg
 from ..options import check_choice, check_count, option
 from ..parallel.config import DDP
 from ..parallel.ddp_compression import COMPRESSIONS
-from ..parallel.dims import CP, DP_REPLICATE, DP_SHARD, PP, TP
+from ..parallel.dims import DP_REPLICATE, DP_SHARD, PP, TP
 from ..values import positive_float, positive_int
 from .base import CommonOptions, Strategy
 
@@ -44,8 +44,7 @@ class DDPStrategy(Strategy):
                DP_SHARD: f"{arg('strategy', 'fsdp')} (with {arg('dp_replicate')} for hybrid sharding, HSDP)",
                DP_REPLICATE: f"{arg('strategy', 'fsdp')} with {arg('dp_shard')} for hybrid sharding, HSDP (ddp "
                              f"replicates over every process)",
-               PP: f"{arg('strategy', 'pipeline')}",
-               CP: f"{arg('strategy', 'fsdp')} with {arg('cp')} (it shards the weights over dp_shard × cp)"}
+               PP: f"{arg('strategy', 'pipeline')}"}
 
     def describe(self, topology):
         return {**super().describe(topology), "grad_compression": self.options.grad_compression,

@@ -40,12 +40,6 @@ class PipelineOptions(MeshOptions):
         check_choice("schedule", self.schedule, SCHEDULES)
         if self.microbatches is not None:
             check_count("microbatches", self.microbatches)
-        if self.cp is not None and self.cp > 1:
-            # The schedule feeds each stage micro-batches of whole sequences; splitting them
-            # round a ring in every stage is not built.
-            raise UsageError(f"{arg('cp', self.cp)} does not compose with {arg('strategy', 'pipeline')}: a stage's "
-                             f"micro-batches run on whole sequences; use {arg('strategy', 'fsdp')} with {arg('cp')} "
-                             f"(and {arg('tp')}), or drop {arg('cp')}")
         object.__setattr__(self, "split_points", parse_split_points(self.split_points))
 
 
