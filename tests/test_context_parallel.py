@@ -1,5 +1,5 @@
-"""Context parallel: the load-balanced split, the refusals, and checkpoints that move between
-cp 1 and cp 2 (the equality of cp and its compositions with one process is in
+"""Context parallel: the load-balanced split, the refusals, checkpoints that move between
+cp 1 and cp 2, bf16 with compiled and recomputed blocks (the equality of cp and its compositions with one process is in
 test_compositions.py; the ring itself is checked against torch's attention in
 tests/workers/ring_check.py, launched here)."""
 
@@ -90,10 +90,39 @@ def _assert_close(a, b, what):
 def test_checkpoints_move_between_cp_1_and_cp_2(tmp_path):
     worker = str(WORKERS / "cp_resume.py")
     run([sys.executable, worker, "cp1", "first", str(tmp_path)], timeout=120, check=True)
-    torchrun(worker, "cp2", "second", str(tmp_path), nproc=2, timeout=200, check=True)
+    done = torchrun(worker, "cp2", "second", str(tmp_path), nproc=2, timeout=300, check=True)
     run([sys.executable, worker, "cp1", "third", str(tmp_path)], timeout=120, check=True)
     reference = tmp_path / "cp1" / "uninterrupted"
     _assert_close(reference, tmp_path / "cp2" / "uninterrupted", "cp 2 uninterrupted")
     for kind in ("full", "sharded"):
         _assert_close(reference, tmp_path / "cp2" / kind / "resumed", f"cp 2 resumed from cp 1's {kind} checkpoint")
         _assert_close(reference, tmp_path / "cp1" / kind / "resumed", f"cp 1 resumed from cp 2's {kind} checkpoint")
+    # The same job, in bf16 with compiled, recomputed blocks: its loss near fp32's.
+    losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("MIXED ")).split(" ", 1)[1])
+    assert 0 < abs(losses["bf16"] - losses["fp32"]) < 0.05, losses
+
+
+def test_the_plan_costs_context_parallel_by_its_terms():
+    """cp 2 on two processes: half of forward and backward each, the ring's arithmetic as the
+    probe timed it, its hops at the link's cost (CPUs hide none), activations ÷ 2."""
+    from dataclasses import replace
+
+    from scaletrain.plan.predict import predict
+    from scaletrain.plan.probe import probe_from_dict
+    from tests.test_measure_cost_models import MB, options, probe
+
+    base = probe()
+    p = replace(base, footprint=replace(base.footprint, attention_kv_bytes_per_sample=(1 * MB, 1 * MB),
+                                        attention_sequence=64),
+                attention_fraction=0.5, ring_ratio={2: 1.2})
+    plain, cp2 = predict(p, "fsdp", 2, options()), predict(p, "fsdp", 2, options(), {"cp": 2})
+    assert cp2.global_batch == plain.global_batch // 2  # the pair reads one batch
+    c = p.compute[1]
+    assert cp2.compute_s == pytest.approx(plain.compute_s - c.fb_s / 2 + c.fb_s * 0.5 * 0.2 / 2)
+    piece = 1 * MB * 32 / 2  # a 1/cp piece of one attention's keys and values, for the batch
+    hop = piece / p.link.busbw_for(piece) + p.link.alpha_s
+    assert cp2.comm_s - plain.comm_s == pytest.approx(2 * (1 * 2 + 2) * hop, rel=0.05)
+    assert cp2.exposed_comm_s - plain.exposed_comm_s == pytest.approx(cp2.comm_s - plain.comm_s)
+    assert cp2.memory_bytes == pytest.approx(plain.memory_bytes - 1000.0 * 32 / 2)
+    # Recorded and read back (bench.json keeps every round's probe): the same prediction.
+    assert predict(probe_from_dict(p.as_dict()), "fsdp", 2, options(), {"cp": 2}) == cp2

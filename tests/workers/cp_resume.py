@@ -9,10 +9,15 @@ other's checkpoint and must end where the uninterrupted runs end.
 Every checkpoint is written in both layouts (full: gathered by rank 0; sharded:
 torch.distributed.checkpoint, a file per rank). The final states go to
 DIR/LAYOUT/uninterrupted and DIR/LAYOUT/<checkpoint layout>/resumed.
+
+The cp 2 job also trains the same steps in bf16 with its blocks compiled and recomputed in
+backward (activation checkpointing), and rank 0 prints `MIXED {json}`: its last loss and the
+fp32 run's.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -63,6 +68,24 @@ def train(layout: str, root: Path, resume_from: str | None) -> None:
         run.checkpointer(final, layout="full").save(run.steps_taken, model, optimizer)
 
 
+def mixed(root: Path) -> None:
+    """STEPS steps at cp 2 in bf16, blocks compiled and checkpointed: the loss against fp32's."""
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        extra = {"compile": True, "activation_checkpointing": "full"} if precision == "bf16" else {}
+        with scaletrain.init(strategy="fsdp", cp=2, seed=0, precision=precision, **extra) as run:
+            model = gpt()
+            model, optimizer = run.setup(model, optimizer_for(model))
+            loader = run.loader(data(), batch_size=4, shuffle=True)
+            for inputs, targets in loader:
+                loss = run.train_step(model, optimizer, inputs, targets, loss_fn=loss_fn)
+                if run.steps_taken == STEPS:
+                    break
+            losses[precision] = run.mean(loss)
+    if dist.get_rank() == 0:
+        print("MIXED " + json.dumps(losses), flush=True)
+
+
 def main() -> None:
     layout, phase, root = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     if layout == "cp2":
@@ -73,6 +96,7 @@ def main() -> None:
         for kind in CHECKPOINT_LAYOUTS:
             train(layout, root, kind)
     if layout == "cp2":
+        mixed(root)
         dist.destroy_process_group()
 
 
