@@ -49,6 +49,7 @@ class AutoStrategy(Strategy):
     Options = AutoOptions
     data_parallel_kind = DDP
     measured_choice = True
+    plannable = False
     chosen: Optional[str] = None
 
     def dims(self, world_size, local_world_size=1):
