@@ -81,7 +81,7 @@ def mixed(root: Path) -> None:
                 loss = run.train_step(model, optimizer, inputs, targets, loss_fn=loss_fn)
                 if run.steps_taken == STEPS:
                     break
-            losses[precision] = run.mean(loss)
+            losses[precision] = run.mean(loss.item())
     if dist.get_rank() == 0:
         print("MIXED " + json.dumps(losses), flush=True)
 
