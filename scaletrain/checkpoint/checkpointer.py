@@ -65,6 +65,8 @@ class Host(Protocol):
 
     def accumulation_position(self) -> tuple[int, int]: ...
 
+    def resume_at(self, steps_taken: int) -> None: ...
+
 
 class Checkpointer:
     """Writes checkpoints of one run into `directory` and finds them again.
@@ -254,7 +256,7 @@ class Checkpointer:
         progress = header["progress"]
         if loader is not None and progress.get("loader") is not None:
             loader.resume_at(progress["loader"])
-        self.host.steps_taken = progress["step"]
+        self.host.resume_at(progress["step"])
         return {"path": header["path"], "step": progress["step"], "loader": progress.get("loader"),
                 "extra": header["extra"], "world_size": progress.get("world_size"), "notes": header["notes"]}
 
