@@ -14,7 +14,7 @@ flags).
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 _MARK, _SEP = "\x1f", "\x1e"  # ASCII unit/record separators: never part of a user's text
 _MARKED = re.compile(f"{_MARK}([^{_MARK}{_SEP}]+)(?:{_SEP}([^{_MARK}]*))?{_MARK}")
@@ -92,11 +92,3 @@ class UsageError(Exception):
 
 class DetectionError(UsageError):
     """The launcher's environment variables contradict each other or are incomplete."""
-
-
-def command_line_text(exc: BaseException, flags: Optional[Mapping[str, str]] = None,
-                      switches: frozenset = frozenset()) -> str:
-    """The message of any exception, with settings spelt as flags when it is a UsageError."""
-    if isinstance(exc, UsageError):
-        return exc.for_command_line(flags or {}, switches)
-    return str(exc)

@@ -52,13 +52,6 @@ def check_out(out: Path) -> Path:
 
 
 LOCK_FILE = ".scaletrain.lock"
-#: Set (to OUT) by the command that holds OUT's lock, for the ranks it starts: they write
-#: into a folder their own command owns, and must not try to take it from it.
-OUT_LOCK_ENV = "SCALETRAIN_OUT_LOCKED"
-
-
-def owned_by_parent(out: Path) -> bool:
-    return os.environ.get(OUT_LOCK_ENV) == str(Path(out).expanduser().absolute())
 
 
 @contextlib.contextmanager
@@ -83,15 +76,9 @@ def hold_out(out: Path, may_hold_files: bool):
         raise UsageError(f"--out {out} already holds files; choose a new folder (or leave --out out)")
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
-    previous = os.environ.get(OUT_LOCK_ENV)
-    os.environ[OUT_LOCK_ENV] = str(out)
     try:
         yield out
     finally:
-        if previous is None:
-            os.environ.pop(OUT_LOCK_ENV, None)
-        else:
-            os.environ[OUT_LOCK_ENV] = previous
         os.close(fd)  # releases the lock
 
 

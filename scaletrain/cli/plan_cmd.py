@@ -21,10 +21,10 @@ from ..errors import UsageError
 from ..launchers.interrupts import signal_name
 from ..parallel.dims import MESH, MESH_DIMS
 from .measure_options import (add_min_seconds_argument, add_model_arguments, add_noise_arguments,
-                              add_prediction_arguments, check_comm_file, hosts_for, machine_of, parse_int_list,
+                              add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies, training_of)
 from .parsing import positive_int
-from .perf_options import add_steady_memory_argument, apply_steady_memory
+from .perf_options import add_steady_memory_argument
 from ..values import AUTO
 
 NAME = "plan"
@@ -69,28 +69,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def request_of(args: argparse.Namespace):
     """The request the flags describe."""
-    from ..devices import choose_device
-    from ..plan import Candidates, Measuring, PlanRequest
+    from ..plan import Candidates, Measuring, PlanRequest, default_machine
 
-    device_type = choose_device(None if args.device == AUTO else args.device, 0).type
+    device = None if args.device == AUTO else args.device
+    shapes = {name: getattr(args, name) for name in ("microbatches", *MESH_DIMS)}
+    listed = tuple(parse_strategies(args.strategy)) if not args.choose else ()
+    training = training_of(args)
     hosts = hosts_for(args, DEFAULT_WORLD_SIZES)
     given = args.world_sizes != DEFAULT_WORLD_SIZES
     sizes = parse_int_list(args.world_sizes, "--world-sizes")
-    machine = machine_of(args, device_type, args.nproc_per_node)
+    machine = default_machine(device, args.nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
+                              args.device_memory_gb, args.devices_per_process)
     if args.choose:  # one world size: across hosts every slot, else the one given, else this machine's processes
         if given and not hosts and len(sizes) > 1:
             raise UsageError(f"--choose picks a configuration for one world size; give one --world-sizes value "
                              f"(e.g. --world-sizes {sizes[-1]})")
         candidates = Candidates(choose=max(sizes) if hosts else sizes[0] if given else machine.nproc_per_node)
     else:
-        shapes = {name: getattr(args, name) for name in ("microbatches", *MESH_DIMS)}
-        candidates = Candidates(tuple(parse_strategies(args.strategy)), tuple(sizes), shapes)
+        candidates = Candidates(listed, tuple(sizes), shapes)
     check_comm_file(args.comm)
-    measuring = Measuring(None if args.device == AUTO else args.device, None if args.backend == AUTO else args.backend,
-                          args.steps, args.warmup, args.min_seconds, args.probe_rounds, args.budget, args.max_error,
-                          args.max_other_load, args.comm, hosts, args.microbatches, args.steady_memory,
-                          cached=args.choose)
-    return PlanRequest(training_of(args), machine, candidates, measuring, cluster=cluster_request(args),
+    measuring = Measuring(device, None if args.backend == AUTO else args.backend, args.steps, args.warmup,
+                          args.min_seconds, args.probe_rounds, args.budget, args.max_error, args.max_other_load,
+                          args.comm, hosts, args.microbatches, args.steady_memory, cached=args.choose)
+    return PlanRequest(training, machine, candidates, measuring, cluster=cluster_request(args),
                        memory_budget_given=bool(args.device_memory_gb))
 
 
@@ -100,13 +101,9 @@ def cluster_request(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..environment import detect
     from ..plan import make_plan
     from ..plan.report import show_choice, show_plan
 
-    apply_steady_memory(args)
-    if detect(os.environ).launched:
-        raise UsageError("scaletrain plan starts its own probe jobs; run it from a shell, not under a launcher")
     request = request_of(args)
     check_out_file(args.out)
     quiet = args.json and request.candidates.choose is not None
@@ -114,21 +111,25 @@ def run(args: argparse.Namespace) -> int:
                                                                  flush=True))
     plan = make_plan(request, say)
     document = plan.as_dict()
-    if args.out is not None:
-        from ..files import write_json_atomic
-
-        write_json_atomic(args.out, document)
     if args.json:
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     elif plan.choice is not None:
         show_choice(plan, args.steady_memory)
     else:
         show_plan(plan)
+    if args.out is not None:
+        from ..files import write_json_atomic
+
+        write_json_atomic(args.out, document)
     if plan.measured.stopped is not None:
         print(f"scaletrain: plan stopped by {signal_name(plan.measured.stopped.signum)} after {len(plan.probes)} probe "
               "round(s); the predictions above come from those", file=sys.stderr)
         return plan.measured.stopped.status
     return 0 if plan.choice is None or plan.choice.chosen else 1
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    raise UsageError("scaletrain plan starts its own probe jobs; run it from a shell, not under a launcher")
 
 
 def check_out_file(path: Path | None) -> None:

@@ -22,7 +22,8 @@ from .costs import NoCost
 from .predict import Prediction, predict
 from .request import PlanRequest
 from .result import Plan
-from .summary import expected_error, median_predictions, median_probe
+from .report import worked_out
+from .summary import expected_error, median_predictions, median_probe, step_spreads
 from .verdict import error_line, fit_advice, verdicts
 
 #: The presets whose predictions decide when a choice's measurement is precise enough: data
@@ -44,7 +45,9 @@ def make_plan(request: PlanRequest, say: Callable[[str], None] = print) -> Plan:
                              "machines like this one (leave out the cluster's flags)") from None
         return cluster.plan_cluster(request)
     from ..devices import choose_device
+    from ..steady_memory import pass_on
 
+    pass_on(request.measuring.steady_memory)  # every process the plan starts keeps its memory steady too
     device_type = choose_device(request.measuring.device, 0).type
     if request.measuring.one_round is None:  # (a round of a measurement under way was checked when it began)
         _check(request)
@@ -120,7 +123,8 @@ def _predictions(request: PlanRequest, device_type: str, say: Callable[[str], No
         fit_advice(probe, predictions, machine, shapes) + memory_note(request, device_type) + \
         [error_line(error, len(probes))]
     return Plan(machine, measured, probes, probe, predictions, spreads, by_round, error, m.max_error, told,
-                conclusions, max_other_load=m.max_other_load)
+                conclusions, max_other_load=m.max_other_load, step_spreads=step_spreads(probes),
+                worked_out=worked_out(probe, predictions))
 
 
 def _choice(request: PlanRequest, device_type: str, say: Callable[[str], None]) -> Plan:
