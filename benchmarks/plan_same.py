@@ -174,6 +174,7 @@ def main() -> int:
                 say(f"    {workload}: {line}")
             failed |= bool(plan_diffs or choice_diffs)
     if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "plan-same.md").write_text("\n".join(lines) + "\n")
     return 1 if failed else 0
 

@@ -27,11 +27,13 @@ import torch
 
 from . import process_group
 from .backends import choose_backend
+from .checkpoint.background import BackgroundSaves
 from .context import ProcessContext
 from .defaults import HANG_TIMEOUT_S
 from .devices import choose_device, pin_cores, threads_per_process
 from .environment import detect
 from .errors import UsageError, arg
+from .fault.evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
 from .memory import MemoryMeter
 from .run import Run
@@ -66,7 +68,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
          tracker_dir: Optional[str | Path] = None, steady_memory: Optional[bool] = None,
-         **strategy_options: Any) -> Run:
+         dump_dir: Optional[str | Path] = None, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
@@ -78,7 +80,9 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     "mlflow", "csv") or tracker objects, opened on rank 0 and writing under `tracker_dir`
     (default: a new folder under runs/); see `run.log`. `steady_memory`: give freed tensors of
     2 MB and more back to the system at once, so that a CPU process's resident memory is what
-    it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says)."""
+    it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says). `dump_dir`: where
+    a hang's evidence goes, every rank's stacks and last collectives in `hang-<attempt>/`
+    (default: `tracker_dir`, else `runs/`)."""
     env = detect(os.environ if environ is None else environ)
     if wanted(steady_memory, os.environ if environ is None else environ):
         make_steady()  # before the model and the data: every large tensor from here on
@@ -99,12 +103,14 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     ctx = ProcessContext(env, dev, chosen_backend, n_threads)
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
     topology = strat.topology(ctx)
+    enable_flight_recorder()  # torch records the group's collectives, for a hang's evidence
     owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
-    watchdog = start_watchdog(env, wait)
+    dumps = Path(dump_dir) if dump_dir is not None else Path(tracker_dir) if tracker_dir is not None else Path("runs")
+    watchdog = start_watchdog(env, wait, dumps.absolute())
     memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
     opened = Trackers([])
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         opened = open_trackers(trackers, where, active=ctx.is_main)
     return Run(env, strat, ctx, topology, seed or 0, owns_group=owns_group, cores=cores, watchdog=watchdog,
-               memory=memory, trackers=opened)
+               memory=memory, trackers=opened, background_saves=BackgroundSaves(backstop_timeout(wait)))

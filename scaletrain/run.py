@@ -19,6 +19,7 @@ from torch import nn
 
 from . import evaluation, process_group
 from .batches import NO_TARGETS
+from .checkpoint.background import BackgroundSaves
 from .context import ProcessContext
 from .data import ShardedLoader
 from .environment import DistEnv
@@ -43,7 +44,7 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
 
     def __init__(self, env: DistEnv, strategy: Strategy, ctx: ProcessContext, topology: Topology, seed: int, *,
                  owns_group: bool, cores: Optional[list[int]], watchdog: Optional[Watchdog], memory: MemoryMeter,
-                 trackers: Trackers):
+                 trackers: Trackers, background_saves: Optional[BackgroundSaves] = None):
         self.env = env
         self.strategy = strategy
         self.ctx = ctx
@@ -58,6 +59,8 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
         self.memory = memory
         #: Rank 0's experiment trackers (init(trackers=...)).
         self.trackers = trackers
+        #: The one checkpoint written in the background, if any (run_checkpoints).
+        self.background_saves = background_saves if background_saves is not None else BackgroundSaves()
         self._closed = False
         self._micro_step = 0  # position inside a gradient-accumulation cycle
         self._prepared: dict[int, Prepared] = {}  # id(what setup returned) -> its prepared state
@@ -320,12 +323,13 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
             self.memory.reset_peak()
 
     # -- communication helpers ----------------------------------------------------------
-    def watch(self, name: str):
+    def watch(self, name: str, nbytes: Optional[int] = None):
         """Context for a blocking operation of your own (a collective, a wait on peers): if
-        it outlasts the timeout while a peer is silent or elsewhere, that peer is named and
-        this process exits (see docs/fault-tolerance.md). train_step, evaluate, sum, mean,
-        barrier and checkpoints are watched already."""
-        return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
+        it outlasts the timeout while a peer is silent or elsewhere, that peer is named, every
+        rank's stacks and last collectives are written into the run's folder, and this process
+        exits (see docs/fault-tolerance.md). `nbytes`: what it carries, for that record.
+        train_step, evaluate, sum, mean, barrier and checkpoints are watched already."""
+        return self._watchdog.op(name, nbytes) if self._watchdog is not None else contextlib.nullcontext()
 
     # -- lifetime -----------------------------------------------------------------------
     def describe(self) -> dict:
@@ -346,6 +350,7 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
         if not self._closed:
             self._closed = True
             self.trackers.finish()  # flushed and closed even when the loop did not finish them
+            self._finish_background_save()
             if self._watchdog is not None:
                 self._watchdog.stop()
             # Gloo's worker threads free a finished collective's tensors and need the GIL to

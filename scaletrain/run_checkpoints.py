@@ -6,6 +6,7 @@ loading, the step it resumes at."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -17,20 +18,24 @@ from .parallel.model_state import ModuleState
 
 
 class RunCheckpoints:
-    """Mixed into Run: uses its `steps_taken`, `_prepared`, `strategy`, `world_size` and
-    `data_parallel_size`."""
+    """Mixed into Run: uses its `steps_taken`, `_prepared`, `strategy`, `world_size`,
+    `data_parallel_size` and `background_saves`."""
 
-    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto") -> Checkpointer:
+    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto",
+                     asynchronous: bool = False) -> Checkpointer:
         """A Checkpointer writing into `directory` (keeps the newest `keep` checkpoints;
-        layout "full", "sharded" or "auto": sharded for a large sharded model)."""
-        return Checkpointer(self, Path(directory), keep, layout)
+        layout "full", "sharded" or "auto": sharded for a large sharded model).
+        `asynchronous=True`: each save returns once the state is in host memory, and the files
+        are written while training goes on (one at a time; `run.close()` waits for the last)."""
+        return Checkpointer(self, Path(directory), keep, layout, asynchronous=asynchronous)
 
     def save_checkpoint(self, directory, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
                         step: Optional[int] = None, scheduler=None, loader=None, extra: Optional[dict] = None,
-                        keep: int = DEFAULT_KEEP, layout: str = "auto") -> Path:
+                        keep: int = DEFAULT_KEEP, layout: str = "auto", asynchronous: bool = False) -> Path:
         """Saves model, optimizer, schedule, loader position, every rank's RNG state and the
-        step into `directory`/step-N atomically. Every rank must call it."""
-        return self.checkpointer(directory, keep, layout).save(
+        step into `directory`/step-N atomically. Every rank must call it. `asynchronous`:
+        as `run.checkpointer`'s (the path returned is complete once written)."""
+        return self.checkpointer(directory, keep, layout, asynchronous).save(
             self.steps_taken if step is None else step, model, optimizer, scheduler=scheduler, loader=loader,
             extra=extra)
 
@@ -42,6 +47,17 @@ class RunCheckpoints:
         "notes"}. Every rank must call it."""
         return Checkpointer(self, Path(source)).load(Path(source), model, optimizer, scheduler=scheduler,
                                                      loader=loader)
+
+    def _finish_background_save(self) -> None:
+        """A checkpoint still being written is finished before the process group goes (its
+        thread talks over it); one that failed and was never reported is said here."""
+        if not self.background_saves.unsettled:
+            return
+        step = self.background_saves.step
+        outcome, _ = self.background_saves.settle()
+        if isinstance(outcome, BaseException):
+            print(f"scaletrain: error: the checkpoint of step {step} could not be written: {outcome}; the previous "
+                  "checkpoint is kept", file=sys.stderr, flush=True)
 
     # What the checkpoints need of the run (checkpoint.checkpointer.Host).
     def state_owner(self, model: nn.Module):

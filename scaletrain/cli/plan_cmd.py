@@ -4,8 +4,8 @@ each strategy and world size, including sizes this machine does not have, each w
 interval over the rounds; or (--choose) choose the fastest configuration that fits.
 
 This module reads the flags into a `PlanRequest`, hands it to `scaletrain.plan.make_plan` and
-prints the `Plan`. (A cluster planned from hardware profiles is a request of its own kind:
-`cluster_request` is where its flags become one.)
+prints the `Plan`; with --hardware (a GPU cluster from a hardware profile) cli/plan_cluster.py
+reads the flags into a `ClusterRequest` and prints its plan.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "batch, world and machine")
     p.add_argument("--json", action="store_true", help="print the measurements and predictions as JSON")
     p.add_argument("--out", type=Path, metavar="FILE", help="also write the JSON to FILE")
+    from .plan_cluster import add_cluster_arguments
+
+    add_cluster_arguments(p)  # --hardware: a GPU cluster, predicted from a hardware profile
 
 
 def request_of(args: argparse.Namespace):
@@ -91,19 +94,18 @@ def request_of(args: argparse.Namespace):
     measuring = Measuring(device, None if args.backend == AUTO else args.backend, args.steps, args.warmup,
                           args.min_seconds, args.probe_rounds, args.budget, args.max_error, args.max_other_load,
                           args.comm, hosts, args.microbatches, args.steady_memory, cached=args.choose)
-    return PlanRequest(training, machine, candidates, measuring, cluster=cluster_request(args),
-                       memory_budget_given=bool(args.device_memory_gb))
-
-
-def cluster_request(args: argparse.Namespace):
-    """GPU machines the user has not got, from hardware profiles: None (this version plans machines like this one)."""
-    return None
+    return PlanRequest(training, machine, candidates, measuring, memory_budget_given=bool(args.device_memory_gb))
 
 
 def run(args: argparse.Namespace) -> int:
     from ..plan import make_plan
     from ..plan.report import show_choice, show_plan
 
+    if args.hardware:  # a GPU cluster from a hardware profile, nothing measured
+        from .plan_cluster import cluster_request, show_cluster
+
+        cluster = cluster_request(args)
+        return show_cluster(make_plan(cluster), args.choose, args.json, args.out)
     request = request_of(args)
     check_out_file(args.out)
     quiet = args.json and request.candidates.choose is not None

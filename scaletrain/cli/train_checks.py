@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..strategies import get_strategy
 from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
-from ..workloads import get_workload
+from ..workloads.model_config import workload_for
 from ..workloads.factories import load_factory
 from .outdir import check_out, default_out, refuse_if_held
 from .resume_checks import check_fault_flags, check_resume, out_may_hold_files
@@ -63,7 +63,7 @@ def validate(config: TrainConfig, nproc: int):
         strategy.check_device(device.type)
     check_trackers(config.trackers)
     config = replace(config, trackers=tuple(check_reachable(config.trackers, config.if_tracker_unreachable)))
-    workload = get_workload(config.workload, config.model, config.dataset)
+    workload = workload_for(config)
     if config.dataset:
         load_factory(config.dataset, "--dataset")  # importable (the ranks build it, and check what it gives)
     model = meta_model(workload)

@@ -5,14 +5,13 @@ round, or recorded before) and every configuration asked for is predicted from e
 measurements (predict.py: its ParallelConfig's step, composed from its parallelisms' cost
 terms), the figures and their intervals the medians over the rounds; or, asked to choose, every
 configuration worth trying on one world size is predicted and the fastest that fits chosen
-(choose.py). A cluster the user has not got is planned from hardware profiles instead, by
-`scaletrain.plan.cluster`.
+(choose.py). A GPU cluster the user has not got (`ClusterRequest`) is planned from a hardware
+profile by `scaletrain.plan.cluster`, nothing measured.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..errors import UsageError, arg
 from ..strategies import REGISTRY
@@ -26,24 +25,22 @@ from .report import worked_out
 from .summary import expected_error, median_predictions, median_probe, step_spreads
 from .verdict import error_line, fit_advice, verdicts
 
+if TYPE_CHECKING:
+    from .cluster import ClusterPlan, ClusterRequest
+
 #: The presets whose predictions decide when a choice's measurement is precise enough: data
 #: parallel, replicated and sharded, on every process and on one.
 _CHOICE_ERROR_STRATEGIES = ("ddp", "fsdp")
 
 
-def make_plan(request: PlanRequest, say: Callable[[str], None] = print) -> Plan:
-    """The plan `request` asks for; `say` gets the progress lines of its measurement."""
-    if request.cluster is not None:
-        # GPU clusters from hardware profiles, not measured here: the subpackage
-        # scaletrain.plan.cluster plans them (`plan_cluster(request) -> Plan`).
-        try:
-            cluster = importlib.import_module(f"{__package__}.cluster")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.cluster":
-                raise
-            raise UsageError("planning a cluster from hardware profiles is not available in this version; plan "
-                             "machines like this one (leave out the cluster's flags)") from None
-        return cluster.plan_cluster(request)
+def make_plan(request: PlanRequest | "ClusterRequest", say: Callable[[str], None] = print) -> Plan | "ClusterPlan":
+    """The plan `request` asks for; `say` gets the progress lines of its measurement. A
+    `ClusterRequest` (GPUs of a hardware profile, nothing measured) is planned by
+    `scaletrain.plan.cluster`."""
+    if not isinstance(request, PlanRequest):
+        from .cluster import plan_cluster
+
+        return plan_cluster(request)
     from ..devices import choose_device
     from ..steady_memory import pass_on
 

@@ -119,6 +119,12 @@ class TrainConfig:
     model: Optional[str] = option(None, "your model factory, returning a torch.nn.Module", metavar="MODULE:FUNCTION")
     dataset: Optional[str] = option(None, "your dataset factory, returning a Dataset (split by --seed) or a "
                                           "(train, held_out) pair", metavar="MODULE:FUNCTION")
+    model_config: Optional[str] = option(
+        None, "a causal language model built from a transformers config.json or a built-in shape (llama3-8b, "
+              "llama3-70b, llama3-405b), trained on synthetic tokens (speed work; as `scaletrain plan --hardware` "
+              "plans it)", metavar="NAME|FILE")
+    seq_len: Optional[int] = option(None, "tokens per sequence of --model-config (default 2048)", metavar="S",
+                                    parse=positive_int)
     epochs: Optional[int] = option(None, "passes over the training data (default: the workload's; with --max-steps, "
                                          "as many as it takes)", parse=positive_int)
     max_steps: Optional[int] = option(None, "stop after N optimizer steps, with the final evaluation and checkpoint as "
@@ -156,6 +162,11 @@ class TrainConfig:
                 "processes; sharded: each rank writes its own share (no rank holds the whole model; needs a folder "
                 "all nodes share); auto (default): sharded for fsdp when the model's state is 1 GiB or more, else "
                 "full", group=FAULTS, choices=_layouts)
+    checkpoint_async: bool = option(
+        False, "write checkpoints in the background: training stops only while the state is copied into host memory "
+               "(pinned on CUDA), and DCP's asynchronous save (or, for the full layout, rank 0's thread) writes it "
+               "while training goes on; one is written at a time (the next waits, saying so) and the last is "
+               "finished before the run ends; a checkpoint becomes the newest only once complete", group=FAULTS)
     resume: Optional[str] = option(None, "auto: continue from the newest checkpoint in --out if there is one; PATH: "
                                          "a checkpoint folder, a checkpoints folder or an earlier run's --out",
                                    group=FAULTS, metavar="auto|PATH", parse=resume_source)
@@ -247,9 +258,9 @@ class TrainConfig:
     def with_workload_defaults(self) -> "TrainConfig":
         """Epochs and learning rate left to the workload made explicit (so the recorded
         configuration says what ran); with --max-steps alone the ranks take the epochs it needs."""
-        from ..workloads import get_workload
+        from ..workloads.model_config import workload_for
 
-        workload = get_workload(self.workload, self.model, self.dataset)
+        workload = workload_for(self)
         epochs = self.epochs if self.max_steps is not None else self.epochs or workload.epochs
         return replace(self, epochs=epochs, lr=self.lr if self.lr is not None else workload.lr)
 

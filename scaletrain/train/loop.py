@@ -17,7 +17,7 @@ from ..batches import batch_size_of
 from ..parallel.meta_init import uninitialisable
 from ..errors import UsageError, arg
 from ..startup import command_age
-from ..workloads import get_workload
+from ..workloads.model_config import workload_for
 from ..workloads.tasks import derive, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
@@ -25,6 +25,7 @@ from .finite import NonFiniteGuard
 from .optimizer import adam
 from .report import Reporter
 from .steps import StepRecorder
+from .utilisation import Utilisation
 from ..values import AUTO
 
 
@@ -33,11 +34,12 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     `resume_checked`: the command that started the run checked what --resume will load and
     showed its notes, so they are not shown again."""
     started = time.perf_counter()
-    workload = get_workload(config.workload, config.model, config.dataset)
+    workload = workload_for(config)
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
-              pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
+              pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, dump_dir=out,
+              **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         task = get_task(config.task_name or workload.task or derive(train_set[0]))
         with fits_in_memory(run):
@@ -57,7 +59,8 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                         "global_batch_size": global_batch, "workload_name": workload.name})
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
-                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked)
+                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked,
+                                         asynchronous=config.checkpoint_async)
         start = checkpoints.resume(model, optimizer, loader, epochs)
         finite = checkpoints.finite = NonFiniteGuard(run, model, config.log_every_steps, config.allow_nonfinite, lr,
                                                      run.steps_taken, reporter.say)
@@ -69,6 +72,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
 
         recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, last_step,
                                 run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
+        utilisation = Utilisation(run, global_batch)  # FLOPs counted on the second step, MFU
         train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
         if run.steps_taken >= last_step:
             done = run.steps_taken // run.strategy.grad_accum
@@ -88,8 +92,9 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                     if run.steps_taken >= last_step:
                         break
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
-                    loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
-                                          max_grad_norm=config.clip_grad_norm)
+                    with utilisation.step(run.steps_taken, batch_size_of(batch)):
+                        loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
+                                              max_grad_norm=config.clip_grad_norm)
                     loss_sum += loss
                     finite.track(loss, run.steps_taken)
                     if startup_seconds is None:  # from the user's command, not from train()
@@ -100,12 +105,13 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                     if finite.due(run.steps_taken):  # every rank at the same step: a collective
                         finite.check(run.steps_taken)
                     if run.is_main and recorder.due(run.steps_taken):
-                        reporter.step({**recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
-                                                         optimizer.param_groups[0].get("lr")),
+                        record = recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
+                                                 optimizer.param_groups[0].get("lr"))
+                        reporter.step({**record, **utilisation.fields(record["samples_per_second"]),
                                        "wall_seconds": wall(), "memory_bytes": run.memory.current()})
                     checkpoints.after_step(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps,
                                                                       "samples": samples})
-            seconds = time.perf_counter() - epoch_start
+            seconds = time.perf_counter() - epoch_start - utilisation.take_paused()
             epoch_samples = run.sum(float(samples)) * run.data_parallel_size / run.world_size
             train_seconds += seconds
             trained_samples += epoch_samples
@@ -119,6 +125,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                       "epoch_seconds": seconds, "lr": optimizer.param_groups[0].get("lr"), "wall_seconds": wall()}
             reporter.epoch(record)
         checkpoints.at_end(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps, "samples": samples})
+        checkpoints.finish()
 
         summary = {
             **run.describe(),
@@ -138,6 +145,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
             "train_samples": len(train_set),
             "samples_per_second": trained_samples / train_seconds,
             "train_seconds": train_seconds,
+            **utilisation.summary(trained_samples / train_seconds),
             "startup_seconds": startup_seconds,
             # From the user's command, like the start-up time (this process's own time otherwise).
             "wall_seconds": command_age(run.env) or time.perf_counter() - started,

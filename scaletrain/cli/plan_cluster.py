@@ -1,0 +1,109 @@
+"""`scaletrain plan --hardware NAME|FILE`: predict a GPU cluster this machine is not, from a
+hardware profile and a model's shape — no GPU, no measurement, seconds on a laptop.
+
+    scaletrain plan --hardware h100-sxm-80g --gpus 64 --model-config llama3-8b \\
+        --seq-len 8192 --global-batch 256 --choose
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from ..parallel.dims import BY_NAME
+from .parsing import positive_int
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags only a cluster plan reads (--tp, --pp, --dp-shard, --dp-replicate, --choose,
+    --json, --out and --strategy are plan's own and mean the same here)."""
+    g = p.add_argument_group("a GPU cluster (with --hardware: predicted from a hardware profile, nothing measured)")
+    g.add_argument("--hardware", metavar="NAME|FILE",
+                   help="plan for GPUs of this kind: a100-80g, h100-sxm-80g, h100-96g, h200, or a profile .toml")
+    g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs in all (default: one node's)")
+    g.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="GPUs per node (default: the profile's)")
+    g.add_argument("--model-config", metavar="NAME|FILE",
+                   help="llama3-8b, llama3-70b, llama3-405b, or a transformers config.json (decoder-only)")
+    g.add_argument("--seq-len", type=positive_int, default=8192, metavar="S", help="tokens per sequence (default 8192)")
+    g.add_argument("--global-batch", type=positive_int, metavar="B", help="sequences per optimizer step (default: 2 per GPU)")
+    g.add_argument("--micro-batch", type=positive_int, metavar="M", help="sequences per forward on one GPU (default: searched)")
+    if "cp" not in BY_NAME:  # once context parallel is a dimension of the mesh, --cp is plan's own
+        g.add_argument("--cp", type=positive_int, metavar="C",
+                       help="context-parallel degree (default: searched for long sequences)")
+    g.add_argument("--activation-checkpointing", choices=["none", "selective", "full"],
+                   help="default: each is predicted")
+    g.add_argument("--schedule", choices=["1f1b", "interleaved"], help="pipeline schedule (default: both)")
+    g.add_argument("--float8", action="store_true", help="float8 linear layers (GPUs with fp8 tensor cores)")
+    g.add_argument("--compile", action="store_true", help="torch.compile: the blocks' memory-bound operators fused")
+
+
+def cluster_request(args: argparse.Namespace):
+    """The cluster plan the flags ask for."""
+    from ..plan.cluster import ClusterRequest
+    from ..plan.cluster.search import Fixed
+
+    fixed = Fixed(strategy=_strategy(args.strategy), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
+                  dp_replicate=args.dp_replicate, microbatch=args.micro_batch,
+                  checkpointing=args.activation_checkpointing, schedule=args.schedule, float8=args.float8,
+                  compile=args.compile)
+    return ClusterRequest(args.hardware, args.model_config, args.gpus, args.gpus_per_node, args.seq_len,
+                          args.global_batch, fixed)
+
+
+def show_cluster(plan, choose: bool, as_json: bool, out) -> int:
+    """Prints the cluster plan (as JSON with `as_json`), and writes it and its chart to `out`."""
+    from ..plan.cluster import report
+
+    result = plan.as_dict()
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=1) + "\n")
+        report.plot(plan.predictions, plan.scenario, Path(out).with_suffix(".png"))
+    if as_json:
+        print(json.dumps(result, indent=1))
+        return 0
+    _print(plan.predictions, plan.scenario, plan.best, plan.runner_up, choose, out)
+    return 0
+
+
+def _strategy(text) -> str | None:
+    """--strategy's layout; None for the flag's default (every plannable strategy: the layout is searched)."""
+    from ..strategies import REGISTRY
+
+    if not text or text == ",".join(name for name, cls in REGISTRY.items() if cls.plannable):  # the default
+        return None
+    return text
+
+
+def _print(predictions, scenario, best, runner_up, choose: bool, out) -> None:
+    from ..plan.cluster import report
+
+    p = scenario.profile
+    print(f"{scenario.shape.name} ({scenario.shape.parameters / 1e9:.1f} B parameters) on {scenario.gpus} × "
+          f"{p.name} ({scenario.gpus_per_node} per node), seq {scenario.seq}, global batch {scenario.global_batch}; "
+          f"compute from {p.basis}")
+    print(report.table(predictions, scenario))
+    if not choose:
+        fastest = predictions[0]
+        print(f"Fastest: {fastest.config.label()}, {fastest.tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
+              f"{'' if fastest.fits else ' — does not fit'}. (--choose picks the fastest that fits.)")
+    elif best is None:
+        least = min(predictions, key=lambda q: q.memory_bytes)
+        print(f"Nothing fits {p.memory_bytes / 2**30:.0f} GiB: the least memory is {least.config.label()} at "
+              f"{least.memory_bytes / 2**30:.1f} GiB; use more GPUs (--gpus), full activation checkpointing or a "
+              "shorter sequence")
+    else:
+        margin = (best.tokens_per_second_per_gpu / runner_up.tokens_per_second_per_gpu - 1) if runner_up else math.inf
+        free = 1 - best.memory_bytes / p.memory_bytes
+        print(f"Chosen: {best.config.label()}: {best.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, MFU "
+              f"{best.mfu:.0%}, step {best.step_seconds:.2f} s, {best.memory_bytes / 2**30:.1f} GiB per GPU "
+              f"({free:.0%} of the GPU free); 1T tokens in {1e12 / (best.tokens_per_second_per_gpu * scenario.gpus) / 86400:.1f} days.")
+        print("  " + report.memory_line(best))
+        if runner_up:
+            print(f"Runner-up: {runner_up.config.label()}, {runner_up.tokens_per_second_per_gpu:,.0f} tokens/s per "
+                  f"GPU ({margin:+.1%} for the chosen).")
+        print("Run it: " + report.train_flags(best.config, scenario, best.microbatches))
+    if out:
+        print(f"written: {out} and {Path(out).with_suffix('.png')}")
