@@ -123,7 +123,8 @@ class Run(RunCollectives):
         if any(model is p.model or model is p.module for p in self._prepared.values()):
             raise UsageError("run.setup was already called on this model: call it once per model and keep using "
                              "what it returned (model, optimizer = run.setup(model, optimizer))")
-        prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
+        with self.watch("setup"):  # DDP's and FSDP's construction are collectives: a late peer is named
+            prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
         self.scaler.sharded = self.topology.gradients_differ  # a strategy may settle its dimensions here (auto)
         self._prepared[id(prepared.model)] = prepared
         for line in prepared.banner:
@@ -506,5 +507,6 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     run.memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-        run.trackers = open_trackers(trackers, where, active=run.is_main)
+        with run.watch("opening the trackers"):  # a tracking server that never answers is named, not waited on
+            run.trackers = open_trackers(trackers, where, active=run.is_main)
     return run

@@ -90,6 +90,13 @@ class UsageError(Exception):
         return as_command_line(self.raw, flags, switches)
 
 
+class AgreedError(UsageError):
+    """A mistake every rank finds alike (in the same model, the same data, the same
+    settings): rank 0 says it, the others stop silently."""
+
+    same_on_every_rank = True
+
+
 class DetectionError(UsageError):
     """The launcher's environment variables contradict each other or are incomplete."""
 

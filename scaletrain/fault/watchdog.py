@@ -234,6 +234,8 @@ def _where(op: Optional[str], step: int) -> str:
     """'train step 6' (the step under way), 'evaluate after step 5', 'no operation after step 5'."""
     if op == "train step":
         return f"train step {step + 1}"
+    if op is None and step == 0:
+        return "start-up, before its first collective"
     return f"{op or 'no collective'} after step {step}"
 
 

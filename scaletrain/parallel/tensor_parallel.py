@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from ..errors import UsageError, arg
+from ..errors import AgreedError, UsageError, arg
 from .part import ModelPart, ParallelConfig
 
 #: The styles a plan may name (the vocabulary of Hugging Face's plans), as torch's classes.
@@ -116,6 +116,16 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
                                  f"which cannot be split {tp} ways; use a {arg('tp')} that divides {size}")
 
 
+def split_parameters(module: nn.Module, mesh) -> list[str]:
+    """Names of `module`'s parameters that are DTensors sharded over `mesh` (tensor parallel's)."""
+    found = []
+    for name, param in module.named_parameters():
+        placements = getattr(param, "placements", ())
+        if getattr(param, "device_mesh", None) == mesh and any(p.is_shard() for p in placements):
+            found.append(name)
+    return found
+
+
 class TensorParallel:
     name = "tensor_parallel"
 
@@ -135,7 +145,15 @@ class TensorParallel:
             hook = load_factory(hook, "--parallelize")
         if hook is not None:
             hook(module, mesh)
-            source = "your parallelize function"
+            split = split_parameters(module, mesh)
+            if not split and not config.pipeline:  # (one pipeline stage may have nothing to split)
+                raise AgreedError(
+                    f"{arg('parallelize')}: your function returned without splitting any parameter across the "
+                    f"{tp} tensor-parallel processes, so each would compute the whole model; apply "
+                    f"torch.distributed.tensor.parallel.parallelize_module(model, tp_mesh, plan) in it, or leave "
+                    f"{arg('tp')} out (strategy ddp or fsdp)")
+            total = sum(1 for _ in module.parameters())
+            source = f"your parallelize function: {len(split)} of {total} parameter tensors split"
         else:
             # The rules were read from the whole model (a pipeline stage has lost its config):
             # those that name a module of this part apply to it.
