@@ -29,11 +29,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from datetime import timedelta
 from typing import Optional
+
+from ..lineage import Lineage
 
 #: Exit status of a rank that gave up waiting for its peers.
 EXIT_PEER_LOST = 3
@@ -69,6 +72,10 @@ class Watchdog:
         self._stop = threading.Event()
         self._verdict_lock = threading.Lock()
         self._snapshot: Optional[tuple[float, dict]] = None
+        # The store lives in the launcher (spawn's command, torchrun's agent) or in rank 0: once
+        # the launcher is gone every rank is being stopped, and a store call would only make
+        # torch print a C++ stack trace of the closed connection before the rank's one line.
+        self._lineage = Lineage()
         self._beat_store = self._connect()
         self._read_store = self._connect()
         self._beat()  # present from the start: "never reported" then means really never
@@ -124,6 +131,8 @@ class Watchdog:
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.interval):
+            if self._lineage.gone():  # the rank is being stopped; its launcher says so
+                return
             try:
                 self._beat()
             except Exception:  # the store is unreachable: the watch loop will find out
@@ -142,7 +151,7 @@ class Watchdog:
             waited = time.monotonic() - since
             if self._snapshot is None and waited >= check_at - 2.5 * self.interval:
                 self._snapshot = (time.monotonic(), self._read_all())
-            if waited >= check_at:
+            if waited >= check_at and not self._lineage.gone():
                 with self._verdict_lock:
                     message, culprits = self.diagnose(op, waited)
                     if culprits:
@@ -215,6 +224,11 @@ class Watchdog:
 
     def give_up(self, op: str, waited: float, cause: Optional[BaseException] = None) -> None:
         """After a communication failure: prints the verdict and ends this process."""
+        gone = self._lineage.gone()
+        if gone:  # a peer failed because the launcher went: that is the news, not the peer
+            self._stop.set()
+            print(f"scaletrain: rank {self.rank}: {gone} is gone; stopping this rank", file=sys.stderr, flush=True)
+            os._exit(128 + signal.SIGTERM)
         with self._verdict_lock:
             try:
                 message, _ = self.diagnose(op, waited)

@@ -128,8 +128,8 @@ def record_failure(rank: int, summary: str, text: str, exc: Optional[BaseExcepti
         from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
         ErrorHandler().record_exception(exc)
-    print(f"scaletrain: rank {rank} on host {record['host']} failed: {summary} "
-          f"(traceback reported by the launcher)", file=sys.stderr, flush=True)
+    told = " (traceback reported by the launcher)" if exc is not None else ""  # a status or a timeout has none
+    print(f"scaletrain: rank {rank} on host {record['host']} failed: {summary}{told}", file=sys.stderr, flush=True)
 
 
 def run_program(body: Callable[[], None], describe: str, join_timeout: float,

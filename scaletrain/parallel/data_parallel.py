@@ -86,7 +86,7 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
     kwargs = {"mesh": mesh, "mp_policy": fsdp_policy(config.option("precision", "fp32"))}
     reshard = config.option("reshard_after_forward")
     if reshard is not None:
-        kwargs["reshard_after_forward"] = reshard
+        kwargs["reshard_after_forward"] = torch_reshard(reshard, dims.dp_shard)
     if config.option("offload", False):
         from torch.distributed.fsdp import CPUOffloadPolicy
 
@@ -124,6 +124,14 @@ def blocks_sharded_alone(model: nn.Module, blocks: list[str]) -> tuple[list[str]
             owners.setdefault(id(param), set()).add(owner(path))
     tied = {b for found in owners.values() if len(found) > 1 for b in found if b}
     return [b for b in blocks if b not in tied], [b for b in blocks if b in tied]
+
+
+def torch_reshard(reshard, dp_shard: int):
+    """reshard_after_forward as torch takes it without a warning on every rank: sharded 1 way
+    is the whole parameter kept (False), sharded dp_shard ways is resharding fully (True)."""
+    if isinstance(reshard, bool) or not isinstance(reshard, int):
+        return reshard
+    return False if reshard == 1 else True if reshard == dp_shard else reshard
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from ..errors import AgreedError, UsageError, arg
+from ..errors import AgreedError, UsageError, arg, by_door
 from .part import ModelPart, ParallelConfig
 
 #: The styles a plan may name (the vocabulary of Hugging Face's plans), as torch's classes.
@@ -44,7 +44,8 @@ def tp_style(name: str, where: str):
     if name in ("rowwise_rep", "rowwise_split_input"):
         return RowwiseParallel(input_layouts=Replicate() if name == "rowwise_rep" else Shard(-1))
     raise UsageError(f"{where}: the tensor-parallel style {name!r} is not supported (supported: {', '.join(STYLES)}); "
-                     f"give parallelize=fn(model, mesh) to apply your own plan")
+                     "apply your own plan: " + by_door("parallelize=fn(model, tp_mesh)",
+                                                      "--parallelize MODULE:FUNCTION, a function fn(model, tp_mesh)"))
 
 
 def module_plan(model: nn.Module) -> dict[str, str]:
@@ -96,8 +97,10 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
         hint = (" (GPT-2's Conv1D layers are transposed Linear layers that torch's tensor parallel does not split)"
                 if conv1d else "")
         raise UsageError(f"{arg('tp', tp)}: the model ({type(model).__name__}) has no tensor-parallel plan{hint}; "
-                         f"use strategy ddp or fsdp, or give parallelize=fn(model, tp_mesh) that applies "
-                         f"torch.distributed.tensor.parallel.parallelize_module ({arg('parallelize')})")
+                         "use strategy ddp or fsdp, or give " + by_door("parallelize=fn(model, tp_mesh)",
+                                                                        "--parallelize MODULE:FUNCTION, a function "
+                                                                        "fn(model, tp_mesh),")
+                         + " that applies torch.distributed.tensor.parallel.parallelize_module")
     for key, style in plan.items():
         tp_style(style, f"the model's plan for {key}")
     _hf_heads_check(model, tp)
