@@ -86,10 +86,10 @@ def measured(model: str, strategy: str, nproc: int, options: dict, steps: int, f
 
 
 def predicted(probe, strategy: str, nproc: int, options: dict):
-    from scaletrain.plan.make import default_options
+    from scaletrain.plan.machine import default_machine
     from scaletrain.plan.predict import predict
 
-    return predict(probe, strategy, nproc, default_options(probe.device_type, nproc_per_node=nproc), options)
+    return predict(probe, strategy, nproc, default_machine(probe.device_type, nproc_per_node=nproc), options)
 
 
 def peers(probe, strategy: str, nproc: int) -> tuple[str, str]:

@@ -43,7 +43,7 @@ HOST0, HOST1 = "10.77.0.1", "10.77.0.2"
 
 sys.path.insert(0, str(REPO))
 
-from scaletrain.plan.make import default_options  # noqa: E402
+from scaletrain.plan.machine import default_machine  # noqa: E402
 from scaletrain.plan.predict import predict  # noqa: E402
 from scaletrain.plan.probe import probe_from_dict  # noqa: E402
 
@@ -75,7 +75,7 @@ def predicted_again(doc: dict, config: dict, reference: dict) -> float:
     plan_vs_bench.py does), where the processes ran: the hosts' slots per machine, the
     bench's cores."""
     slots = max(1, config["world_size"] // 2)
-    options = dataclasses.replace(default_options("cpu", nproc_per_node=slots), cores=doc["cores"])
+    options = dataclasses.replace(default_machine("cpu", nproc_per_node=slots), cores=doc["cores"])
     ratios = []
     for recorded in doc["probes"]:
         probe = probe_from_dict(recorded)

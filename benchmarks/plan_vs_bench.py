@@ -38,7 +38,7 @@ LOCK = "/tmp/scaletrain-cpu.lock"
 sys.path.insert(0, str(REPO))
 
 from scaletrain.measure.spread import paired_ratios, ratio_spread  # noqa: E402
-from scaletrain.plan.make import default_options  # noqa: E402
+from scaletrain.plan.machine import default_machine  # noqa: E402
 from scaletrain.plan.predict import predict  # noqa: E402
 from scaletrain.plan.probe import probe_from_dict  # noqa: E402
 
@@ -46,7 +46,7 @@ from scaletrain.plan.probe import probe_from_dict  # noqa: E402
 def predicted_again(doc: dict) -> dict:
     """The 2-process DDP prediction from each round's recorded probe, with today's cost model:
     {"speedup": per-round predicted speedups against DDP on one process, "comm_ms": ...}."""
-    options = default_options("cpu", nproc_per_node=2)
+    options = default_machine("cpu", nproc_per_node=2)
     ones, twos = [], []
     for recorded in doc["probes"]:
         probe = probe_from_dict(recorded)

@@ -104,7 +104,7 @@ class Run(RunCollectives):
 
     @property
     def mesh(self):
-        """The DeviceMesh of the run, dimensions ("pp", "dp_replicate", "dp_shard", "tp")."""
+        """The DeviceMesh of the run, its dimensions named as scaletrain.parallel.dims.MESH_DIMS."""
         return self.topology.mesh
 
     # -- model and data -----------------------------------------------------------------
@@ -176,7 +176,8 @@ class Run(RunCollectives):
             raise UsageError(f"this model was never given to run.setup, so its gradients would not be synchronised "
                              f"and the {self.world_size} processes would train {self.world_size} different models; "
                              "prepare it first: model, optimizer = run.setup(model, optimizer)")
-        return Prepared(self.strategy.configuration(self.topology), ModelPart(module=model, model=model), None)
+        config = self.strategy.configuration(self.world_size, self.local_world_size)
+        return Prepared(config, self.topology, ModelPart(module=model, model=model), None)
 
     def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:

@@ -28,6 +28,19 @@ from typing import Mapping, Optional
 #: The environment variable the launchers pass to every rank.
 STEADY_MEMORY_VAR = "SCALETRAIN_STEADY_MEMORY"
 
+#: --steady-memory's help, for every command that starts training processes.
+STEADY_MEMORY_HELP = ("on a CPU, give freed tensors of 2 MB and more back to the system at once (glibc's mmap "
+                      "threshold fixed), so that each process's resident memory is what it holds and what "
+                      "`scaletrain plan` predicts, run after run; costs some speed (fresh pages for large tensors). "
+                      "Give it to plan, bench and train alike when memory is what limits you")
+
+
+def pass_on(steady: bool) -> None:
+    """Every process the command starts inherits the choice through its environment (any
+    launcher: spawn, torchrun, mpirun's -x, srun's exported environment)."""
+    if steady:
+        os.environ[STEADY_MEMORY_VAR] = "1"
+
 #: Tensors from this size up are mapped on their own; smaller ones, the many small tensors of a
 #: step, stay in the heap, where they are cheap. 2 MB, not 4: a pipeline stage's activations
 #: of one micro-batch are often just under 4 MB, and in the heap they left a GPT's last stage

@@ -53,6 +53,15 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _duration_text(seconds: float) -> str:
+    from .fault.durations import format_duration
+
+    return format_duration(seconds)
+
+
+duration.to_text = _duration_text  # how a configuration file writes it, so that it reads back
+
+
 def name_list(text: str) -> tuple:
     """'conv2, fc2' -> ('conv2', 'fc2')."""
     names = tuple(n.strip() for n in str(text).split(","))
@@ -88,3 +97,22 @@ def reshard_value(text) -> bool | int:
 
 
 reshard_value.to_text = lambda value: str(value).lower()  # config.yaml writes what the flag reads back
+
+
+def shell_words(text: str) -> tuple:
+    """'--mca btl_tcp_if_include eth0' -> its words, split as a shell would."""
+    import shlex
+
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"cannot split {text!r} like a shell would ({exc})") from None
+
+
+def _shell_text(words) -> str:
+    import shlex
+
+    return shlex.join(words)
+
+
+shell_words.to_text = _shell_text  # how a configuration file records it (read back by shell_words)

@@ -121,11 +121,12 @@ def test_strategy_options_are_keys_and_a_wrong_one_names_its_flag(tmp_path):
 
 
 def test_recorded_configuration_holds_the_options_every_strategy_takes(tmp_path):
-    from scaletrain.cli.strategy_options import strategy_options_from_args
+    from scaletrain.strategies.flags import strategy_options_from_args
     from scaletrain.cli.train_cmd import record
     from scaletrain.strategies import get_strategy
+    from scaletrain.train.config import TrainConfig
 
-    path = config_file.write(tmp_path / "config.yaml", record(parse("--strategy", "ddp")))
+    path = config_file.write(tmp_path / "config.yaml", record(TrainConfig.from_args(parse("--strategy", "ddp"))))
     argv = ["--config", str(path), "--strategy", "fsdp"]  # the file suits another strategy too
     options = strategy_options_from_args(config_file.apply(parse(*argv), build_parser, argv))
     assert options == {"precision": "fp32", "grad_accum": 1, "compile": False, "activation_checkpointing": "none"}

@@ -11,7 +11,7 @@ import pytest
 from scaletrain.cli.plan_cmd import hosts_for
 from scaletrain.errors import UsageError
 from scaletrain.measure.jobs import Hosts, hosts_from_args
-from scaletrain.plan.make import default_options
+from scaletrain.plan.machine import default_machine
 from scaletrain.plan.probe import Link
 from scaletrain.plan.scenario import scenario
 
@@ -47,7 +47,7 @@ def test_hostfile(tmp_path):
 
 
 def test_the_measured_network_replaces_the_nominal_link():
-    options = default_options("cpu", nproc_per_node=1, link_gbps=100.0, link_latency_us=1.0)
+    options = default_machine("cpu", nproc_per_node=1, link_gbps=100.0, link_latency_us=1.0)
     local = Link(alpha_s=50e-6, busbw=2e9, nproc=2, source="here")
     network = Link(alpha_s=900e-6, busbw=0.1e9, nproc=2, source="between the hosts",
                    points=((1 << 16, 0.05e9), (1 << 22, 0.1e9)))
@@ -57,7 +57,7 @@ def test_the_measured_network_replaces_the_nominal_link():
     nominal = scenario(2, options, local, "cpu")
     assert nominal.alpha_s == pytest.approx(50e-6) and nominal.busbw(1 << 22) == pytest.approx(2e9)
     # A group inside one machine (tensor parallel) keeps this machine's link.
-    inside = scenario(4, default_options("cpu", nproc_per_node=2), local, "cpu", network).group(2)
+    inside = scenario(4, default_machine("cpu", nproc_per_node=2), local, "cpu", network).group(2)
     assert inside.network is None and inside.busbw(1 << 22) == pytest.approx(2e9)
 
 
@@ -68,5 +68,5 @@ def test_a_noisy_network_is_taken_as_the_line_through_its_sizes():
     fitted = link.fitted()
     assert fitted.points == () and fitted.alpha_s == link.alpha_s
     assert 0.8e9 < fitted.busbw_for(1 << 19) < 1.25e9  # not the 0.3 GB/s measured nearest
-    options = default_options("cpu", nproc_per_node=1)
+    options = default_machine("cpu", nproc_per_node=1)
     assert scenario(2, options, None, "cpu", link).busbw(1 << 19) == pytest.approx(fitted.busbw)

@@ -60,7 +60,7 @@ def test_block_times_follow_the_measured_sizes_and_one_thread_where_timed():
 
 def test_pipeline_paces_at_the_slowest_stage_by_measured_time_not_parameters():
     p = probe()
-    got = predict(p, "pipeline", 2, options())
+    got = predict(p, "pipeline", 2, options(), {"microbatches": 4})
     # stage cost on one micro-batch: the blocks' micro-batch times scaled to 1 thread's forward+backward
     scale = 0.080 / sum(p.block_s)
     first, second = (0.004 + 0.004) / 3 * scale, (0.020 + 0.004) / 3 * scale
@@ -76,7 +76,7 @@ def test_pipeline_paces_at_the_slowest_stage_by_measured_time_not_parameters():
     assert got.exposed_comm_s == pytest.approx(transfer)
     assert "stages" in got.note and "75%" in got.note  # the second stage does 3 of the 4 parts of the work
     # the same parameters with even block times: even stages, a faster pipeline
-    even = predict(probe(block_s=(0.008, 0.008, 0.008, 0.008)), "pipeline", 2, options())
+    even = predict(probe(block_s=(0.008, 0.008, 0.008, 0.008)), "pipeline", 2, options(), {"microbatches": 4})
     assert even.step_s < got.step_s
 
 

@@ -13,7 +13,8 @@ from scaletrain.measure.footprint import Footprint
 from scaletrain.plan import formulas as f
 from scaletrain.plan.predict import predict, predict_all
 from scaletrain.plan.probe import Compute, Link, Probe, link_from_rows
-from scaletrain.plan.scenario import Options, threads_needed
+from scaletrain.plan.machine import Machine
+from scaletrain.plan.scenario import threads_needed
 from scaletrain.plan.verdict import verdicts
 
 
@@ -68,13 +69,6 @@ def test_pipeline_bubble_and_step():
     assert f.pipeline_bubble(2, 8) == pytest.approx(1 / 9)
     # 4 stages share 1 s of work: 0.25 s each, stretched by 1/(1 - 3/7) = 7/4.
     assert f.pipeline_step_seconds(1.0, 4, 4, 0.0) == pytest.approx(0.25 * 7 / 4)
-
-
-def test_largest_stage_is_the_best_consecutive_split():
-    assert f.largest_stage_bytes([1, 2, 3, 4], 2) == 6
-    assert f.largest_stage_bytes([10, 1, 1, 1], 2) == 10
-    assert f.largest_stage_bytes([5, 5, 5, 5], 4) == 5
-    assert f.largest_stage_bytes([1, 1], 3) is None
 
 
 def test_memory_per_device():
@@ -168,10 +162,10 @@ def _probe(step_2_threads=0.1, step_1_thread=0.15, grad=8_000_000, busbw=1e9, al
 
 
 def _options(**kw):
-    values = dict(nproc_per_node=2, cores=2, link_gbps=10.0, link_latency_s=2e-5, overlap=0.0, microbatches=4,
+    values = dict(nproc_per_node=2, cores=2, link_gbps=10.0, link_latency_s=2e-5, overlap=0.0,
                   device_memory_bytes=1e12)
     values.update(kw)
-    return Options(**values)
+    return Machine(**values)
 
 
 def test_ddp_prediction_uses_compute_at_the_threads_each_process_gets():

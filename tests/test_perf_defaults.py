@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from scaletrain.cli import build_parser
-from scaletrain.cli.train_cmd import config_from_args
 from scaletrain.devices import core_set, pin_cores
 from scaletrain.errors import UsageError
 from scaletrain.startup import process_age
+from scaletrain.train.config import TrainConfig
 from scaletrain.strategies.ddp import DDPStrategy
 from scaletrain.train.optimizer import adam
 from scaletrain.workloads.models import digits_mlp
@@ -43,7 +43,7 @@ def test_ddp_options_are_checked():
 
 def _config(*argv):
     args = build_parser().parse_args(["train", *argv])
-    return config_from_args(args)
+    return TrainConfig.from_args(args)
 
 
 def test_flags_become_strategy_options():

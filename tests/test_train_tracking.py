@@ -58,7 +58,7 @@ def test_log_file_gets_plain_step_lines_during_the_first_epoch(tracked):
     step_lines = [line for line in lines[:first_epoch] if line.startswith("step ")]
     assert len(step_lines) == STEPS_PER_EPOCH // EVERY
     assert re.match(rf"step +{EVERY}/{2 * STEPS_PER_EPOCH}  epoch 1/2  loss \d+\.\d{{4}}  lr 0.002  [\d,]+ samples/s"
-                    r"  ETA \d+", step_lines[0]), step_lines[0]
+                    r"  MFU [\d.]+%  ETA \d+", step_lines[0]), step_lines[0]
 
 
 @pytest.mark.timeout(300)

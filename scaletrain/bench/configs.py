@@ -5,7 +5,7 @@ and, for accuracy runs on several processes, each learning-rate rule."""
 from __future__ import annotations
 
 from ..plan.configuration import configuration, options_for
-from ..strategies import REGISTRY
+from ..strategies import REGISTRY, baseline_strategy
 from .spec import RunSpec
 
 BASELINE_LABEL = "threads-only ×1"
@@ -17,7 +17,7 @@ def bench_configs(strategies: list[str], world_sizes: list[int], lr_rules: list[
     process of the `single` strategy with every core (`cores` threads; None on GPUs). Each
     strategy runs on one process too, whether or not `world_sizes` names 1: its one-process run,
     through the same code path as its distributed ones, is what their speedup is against."""
-    configs = [RunSpec("single", 1, threads=cores, label=BASELINE_LABEL, baseline=True)]
+    configs = [RunSpec(baseline_strategy(), 1, threads=cores, label=BASELINE_LABEL, baseline=True)]
     notes = []
     for name in strategies:
         given = options_for(name, options or {})
@@ -25,7 +25,7 @@ def bench_configs(strategies: list[str], world_sizes: list[int], lr_rules: list[
             if not REGISTRY[name].multi_process and n > 1:
                 notes.append(f"{name} on {n} processes left out: {name} runs one process")
                 continue
-            if name == "single" and n == 1:
+            if REGISTRY[name].baseline and n == 1:
                 continue  # the same run as the baseline
             shape = configuration(name, n, given)
             if shape is None:

@@ -23,8 +23,8 @@ class Session:
     notes: list
     limits: Limits
     worth_at: float
-    options: object
-    """The plan's Options (where processes run), for the predictions."""
+    machine: object
+    """The plan's Machine (where processes run), for the predictions."""
     probe_plan: Optional[object]
     """What each round's plan measurements run; None: no predictions (--no-predict)."""
     out: Path
@@ -32,11 +32,11 @@ class Session:
     """measure.jobs.Hosts the jobs of several processes span; None: this machine."""
 
 
-def predictions_per_round(configs: list[RunSpec], probes: list[dict], options) -> dict[str, list]:
+def predictions_per_round(configs: list[RunSpec], probes: list[dict], machine) -> dict[str, list]:
     """For every configuration, the plan's prediction from each round's measurements."""
     from ..plan.predict import predict
 
-    return {spec.key: [predict(result["probe"], spec.strategy, spec.world_size, options, spec.options)
+    return {spec.key: [predict(result["probe"], spec.strategy, spec.world_size, machine, spec.options)
                        for result in probes] for spec in configs}
 
 
@@ -44,7 +44,7 @@ def _analyse(session: Session, results: dict[str, list[dict]], budget_note: str 
              ) -> tuple[list[dict], Optional[str], Verdict]:
     configs = session.configs
     probes = results.get(PROBE_KEY) or []
-    predictions = predictions_per_round(configs, probes, session.options) if probes else None
+    predictions = predictions_per_round(configs, probes, session.machine) if probes else None
     rows, reference = combine(configs, {s.key: results[s.key] for s in configs}, predictions)
     ref_row = next((r for r in rows if r["label"] == reference), None)
     return rows, reference, decide(rows, ref_row, session.worth_at, budget_note)

@@ -22,7 +22,7 @@ from .parsing import positive_float, positive_int
 from .perf_options import add_steady_memory_argument, apply_steady_memory
 from .plan_cmd import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
                        parse_strategies)
-from .strategy_options import add_strategy_arguments, strategy_options_from_args
+from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
 
 NAME = "bench"
 HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies against one process"
@@ -127,7 +127,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     from ..bench.configs import bench_configs
     from ..devices import choose_device, cpu_cores
     from .outdir import check_out, create_out, default_out
-    from .plan_cmd import hosts_for, options_from_args, workload_from_args
+    from .plan_cmd import hosts_for, machine_from_args, workload_from_args
 
     strategies = parse_strategies(args.strategy)
     hosts = hosts_for(args, "1,2")
@@ -145,33 +145,37 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
                          "use --strategy ddp --world-sizes 1,2")
     if args.nproc_per_node is None and device.type == "cpu":
         args.nproc_per_node = max(world_sizes)  # bench runs every configuration on this one machine
-    options = options_from_args(args, device.type)
+    machine = machine_from_args(args, device.type)
     if args.comm is not None and not args.comm.is_file():
         raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
     out = create_out(check_out(args.out or default_out("bench", max(world_sizes))))
-    return measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device.type, out, hosts)
+    return measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, device.type, out, hosts)
 
 
 def check_options_apply(strategies: list[str], options: dict) -> None:
     """Every strategy option given applies to at least one strategy measured, and to each in a
     way it accepts (checked as the strategy itself checks it)."""
+    from ..options import aliases_of
     from ..plan.configuration import options_for
     from ..strategies import REGISTRY, get_strategy
+
+    def named(cls, key: str) -> str:  # the option a key gives, by whichever of its names
+        return aliases_of(cls.Options).get(key, key)
 
     used = set()
     for name in strategies:
         given = options_for(name, options)
         get_strategy(name, **given)  # a value the strategy refuses: its own one line
-        used |= set(given)
+        used |= {k for k in options if named(REGISTRY[name], k) in given}
     unused = [k for k in options if k not in used]
     if unused:
-        takers = {k: [n for n, cls in REGISTRY.items() if k in {f for f in cls.Options.__dataclass_fields__}]
+        takers = {k: [n for n, cls in REGISTRY.items() if named(cls, k) in cls.Options.__dataclass_fields__]
                   for k in unused}
         listed = "; ".join(f"--{k.replace('_', '-')} applies to {', '.join(v) or 'no strategy'}" for k, v in takers.items())
         raise UsageError(f"{listed}, and none of --strategy {','.join(strategies)} takes it; add one that does or drop it")
 
 
-def measure_and_report(args, settings, workload, configs, notes, world_sizes, options, device_type, out: Path,
+def measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, device_type, out: Path,
                        hosts=None) -> int:
     from ..bench.rounds import Limits
     from ..bench.session import Session, measure, report
@@ -197,11 +201,11 @@ def measure_and_report(args, settings, workload, configs, notes, world_sizes, op
     if not args.no_predict:
         link = load_comm_json(args.comm) if args.comm is not None else None
         spec = {**probe_spec(args, settings.workload), "steps": settings.steps, "warmup": settings.warmup}
-        plan = probe_plan(workload.name, spec, world_sizes, options, device_type, link, hosts)
-    session = Session(settings, configs, notes, limits, args.worth_at, options, plan, out, hosts)
+        plan = probe_plan(workload.name, spec, world_sizes, machine, device_type, link, hosts)
+    session = Session(settings, configs, notes, limits, args.worth_at, machine, plan, out, hosts)
     rounds = measure(session, say)
     first = next((r for runs in rounds.results.values() for r in runs if "backend" in r), {})
     title = (f"{workload.name}, batch {settings.batch_size}/process, {first.get('backend')} on {first.get('device')} "
-             f"({options.cores} cores), torch {torch.__version__}")
-    facts = {"scaletrain_version": __version__, "torch_version": torch.__version__, "cores": options.cores}
+             f"({machine.cores} cores), torch {torch.__version__}")
+    facts = {"scaletrain_version": __version__, "torch_version": torch.__version__, "cores": machine.cores}
     return report(session, rounds, title, started, facts, say)

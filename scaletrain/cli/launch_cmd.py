@@ -16,7 +16,7 @@ import os
 from ..defaults import HANG_TIMEOUT_S, MAX_RESTARTS
 from ..errors import UsageError
 from ..fault.durations import RULE, format_duration
-from .launch_options import add_launch_arguments, launch_request
+from .launch_options import add_launch_arguments, launch_settings
 from .parsing import duration, non_negative_int, with_underscores
 from .perf_options import add_steady_memory_argument, apply_steady_memory
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.exists(args.script):
             raise UsageError(f"script {args.script} does not exist; give the path of a Python file (or -m module)")
         target = Target(script=args.script, args=tuple(args.args))
-    request = launch_request(args, target)
+    request = launch_settings(args).request(target, timeout=args.timeout)
     if args.dry_run or args.sbatch:
         return facade.run(request, dry_run=args.dry_run)
     return run_with_restarts(lambda attempt: facade.run(request), args.max_restarts)

@@ -1,53 +1,16 @@
-"""`scaletrain train` flags for speed that are not a strategy's (core pinning), and for memory
-(meta-device initialisation, steady memory: the latter shared with bench, plan and launch).
-
-(Gradient compression and DDP's bucket size are options of the ddp strategy: their flags
-are generated with the other strategy options, see strategy_options.py.)
-"""
+"""--steady-memory for the commands that start training processes and do not declare their
+settings as `TrainConfig` does (bench, plan, launch)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 
-from ..steady_memory import STEADY_MEMORY_VAR
-from ..train.config import TrainConfig
-
-
-def add_perf_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("speed")
-    g.add_argument("--no-pin-cores", dest="pin_cores", action="store_false",
-                   help="do not bind each process to its own CPU cores (default: bind, when this machine's "
-                        "cores can be shared out and no launcher bound them already)")
-
-
-def add_memory_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("memory")
-    g.add_argument("--meta-init", choices=("auto", "always", "never"), default="auto",
-                   help="build the model on the meta device (no memory) and give each process only its share: "
-                        "always, never, or auto (default: where no process holds the whole model, such as fsdp, "
-                        "tp and pipeline, and the model's modules can initialise themselves: reset_parameters or a "
-                        "Hugging Face model); the weights are those of an ordinary build from the same seed")
-    add_steady_memory_argument(g)
+from ..steady_memory import STEADY_MEMORY_HELP, pass_on
 
 
 def add_steady_memory_argument(p) -> None:
-    """--steady-memory, for every command that starts training processes."""
-    p.add_argument("--steady-memory", action="store_true",
-                   help="on a CPU, give freed tensors of 2 MB and more back to the system at once (glibc's mmap "
-                        "threshold fixed), so that each process's resident memory is what it holds and what "
-                        "`scaletrain plan` predicts, run after run; costs some speed (fresh pages for large "
-                        "tensors). Give it to plan, bench and train alike when memory is what limits you")
+    p.add_argument("--steady-memory", action="store_true", help=STEADY_MEMORY_HELP)
 
 
 def apply_steady_memory(args: argparse.Namespace) -> None:
-    """Every process this command starts inherits the choice through its environment (any
-    launcher: spawn, torchrun, mpirun's -x, srun's exported environment)."""
-    if getattr(args, "steady_memory", False):
-        os.environ[STEADY_MEMORY_VAR] = "1"
-
-
-def apply_perf_options(args: argparse.Namespace, config: TrainConfig) -> TrainConfig:
-    config.pin_cores = args.pin_cores
-    config.meta_init = getattr(args, "meta_init", "auto")
-    return config
+    pass_on(getattr(args, "steady_memory", False))

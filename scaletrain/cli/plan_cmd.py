@@ -19,6 +19,7 @@ from ..defaults import (BENCH_MAX_OTHER_CORES, BENCH_MEASURE_S, PLAN_BUDGET_S, P
                         PLAN_PROBE_ROUNDS)
 from ..errors import UsageError, arg
 from ..launchers.interrupts import Stopped, signal_name
+from ..parallel.dims import MESH, MESH_DIMS
 from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
 from .perf_options import add_steady_memory_argument, apply_steady_memory
@@ -120,18 +121,17 @@ def add_layout_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbatches", type=positive_int,
                    help="pipeline micro-batches per step (default: the strategy's, one per stage)")
     p.add_argument("--devices-per-process", type=positive_int,
-                   help="devices a dp, mp or hybrid process drives (default: the GPUs visible; a CPU has one, "
+                   help="devices a dp, mp or hybrid (DDP + model parallel) process drives (default: the GPUs visible; a CPU has one, "
                         "which mp cuts into 2 parts)")
-    for name, metavar, what in (("tp", "N", "tensor-parallel degree"), ("dp-replicate", "R", "data-parallel replicas"),
-                                ("dp-shard", "S", "data-parallel shards (FSDP)"), ("pp", "P", "pipeline stages")):
-        p.add_argument(f"--{name}", type=positive_int, metavar=metavar,
-                       help=f"{what} of the configurations predicted, for the strategies that take it (default: the "
-                            f"strategy's own)")
+    for dim in MESH:
+        p.add_argument(f"--{dim.name.replace('_', '-')}", type=positive_int, metavar=dim.metavar,
+                       help=f"{dim.name} of the configurations predicted, for the strategies that take it (default: "
+                            f"the strategy's own): {dim.help}")
 
 
 def layout_options(args: argparse.Namespace) -> dict:
     """The strategy options the flags of add_layout_arguments give (None: not given)."""
-    return {name: getattr(args, name, None) for name in ("microbatches", "tp", "dp_replicate", "dp_shard", "pp")}
+    return {name: getattr(args, name, None) for name in ("microbatches", *MESH_DIMS)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -165,16 +165,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the measurements and predictions as JSON")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="also write the JSON to FILE (launched: this probe job's measurements)")
+    from .plan_cluster import add_cluster_arguments
+
+    add_cluster_arguments(p)  # --hardware: a GPU cluster, predicted from a hardware profile
 
 
-def options_from_args(args: argparse.Namespace, device_type: str):
-    from ..plan.make import default_options
+def machine_from_args(args: argparse.Namespace, device_type: str):
+    from ..plan.machine import default_machine
 
     if args.overlap is not None and not 0 <= args.overlap <= 1:
         raise UsageError(f"--overlap {args.overlap}: must be between 0 and 1")
-    return default_options(device_type, args.nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
-                           getattr(args, "microbatches", None), args.device_memory_gb,
-                           getattr(args, "devices_per_process", None))
+    return default_machine(device_type, args.nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
+                           args.device_memory_gb, getattr(args, "devices_per_process", None))
 
 
 def workload_from_args(args: argparse.Namespace):
@@ -227,6 +229,10 @@ def be_a_probe_rank(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..environment import detect
 
+    if getattr(args, "hardware", None):
+        from .plan_cluster import run_cluster
+
+        return run_cluster(args)
     apply_steady_memory(args)
     if detect(os.environ).launched:
         return be_a_probe_rank(args)
@@ -261,18 +267,18 @@ def plan_here(args: argparse.Namespace) -> int:
     strategies = [s for s in parse_strategies(args.strategy, tuple(COST_MODELS)) if s in COST_MODELS]
     if not strategies:
         raise UsageError(f"--strategy {args.strategy}: no cost model for these; plan knows: {', '.join(COST_MODELS)}")
-    options = options_from_args(args, device_type)
+    machine = machine_from_args(args, device_type)
     if args.comm is not None and not args.comm.is_file():
         raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
     link = load_comm_json(args.comm) if args.comm is not None else None
     check_out_file(args.out)
     workload = workload_from_args(args)
-    probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, options, device_type, link,
+    probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, machine, device_type, link,
                              hosts)
     shapes = layout_options(args)
 
     def predictions_of(probes: list):
-        return median_predictions([predict_all(p, strategies, world_sizes, options, shapes) for p in probes])
+        return median_predictions([predict_all(p, strategies, world_sizes, machine, shapes) for p in probes])
 
     measured = measure_rounds(probes_plan, args, lambda probes: expected_error(predictions_of(probes)[1]),
                               say=(lambda text: print(text, file=sys.stderr, flush=True)) if args.json else
@@ -288,11 +294,11 @@ def plan_here(args: argparse.Namespace) -> int:
     conclusions = ([f"Every round was disturbed: other processes kept more than --max-other-load "
                     f"{args.max_other_load:g} cores busy during all {len(measured.left_out)} of them."]
                    if all_disturbed else []) + \
-        verdicts(predictions, options.device_memory_bytes, probe=probe,
+        verdicts(predictions, machine.device_memory_bytes, probe=probe,
                  noise=None if told else (error, len(probes), args.max_error)) + \
-        fit_advice(probe, predictions, options, shapes) + memory_note(args, device_type) + \
+        fit_advice(probe, predictions, machine, shapes) + memory_note(args, device_type) + \
         [error_line(error, len(probes))]
-    document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "options": options.__dict__,
+    document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "machine": machine.__dict__,
                 "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p))),
                                  "measurement_error": implausible(p, probe)} for p in predictions],
                 "expected_error": error, "max_error": args.max_error, "told": told,
@@ -305,7 +311,7 @@ def plan_here(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
-        print_plan(probe, options, predictions, spreads, step_spreads(probes), len(probes), conclusions)
+        print_plan(probe, machine, predictions, spreads, step_spreads(probes), len(probes), conclusions)
     if stopped is not None:
         print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} after {len(probes)} probe round(s); the "
               "predictions above come from those", file=sys.stderr)
@@ -334,7 +340,7 @@ def check_out_file(path: Path | None) -> None:
         raise UsageError(f"--out {path}: folder {parent} does not exist or cannot be written; choose another --out")
 
 
-def measured_probes(args: argparse.Namespace, workload_name: str, world_size: int, options, device_type: str,
+def measured_probes(args: argparse.Namespace, workload_name: str, world_size: int, machine, device_type: str,
                     say=print, hosts=None) -> list:
     """The probes a choice predicts from: cached for this model, batch, world and machine, or
     measured now (and cached): rounds as a plan's, those other processes disturbed left out."""
@@ -344,17 +350,17 @@ def measured_probes(args: argparse.Namespace, workload_name: str, world_size: in
     from ..plan.summary import expected_error, median_predictions
 
     spec = probe_spec(args, args.workload)
-    key = cache_key(spec, world_size, options.nproc_per_node, device_type, options.cores,
+    key = cache_key(spec, world_size, machine.nproc_per_node, device_type, machine.cores,
                     hosts.names if hosts else "")
     probes = cached_probes(key)
     if probes:
         say(f"scaletrain: using the measurements made earlier for this model, batch and machine (cache {key})")
         return probes
     say(f"scaletrain: measuring {workload_name} for a choice ({args.probe_rounds} round(s))")
-    jobs = probe_plan(workload_name, spec, sorted({1, world_size}), options, device_type, None, hosts)
+    jobs = probe_plan(workload_name, spec, sorted({1, world_size}), machine, device_type, None, hosts)
 
     def error_of(probes: list):
-        plain = [predict_all(p, ["ddp", "fsdp"], sorted({1, world_size}), options) for p in probes]
+        plain = [predict_all(p, ["ddp", "fsdp"], sorted({1, world_size}), machine) for p in probes]
         return expected_error(median_predictions(plain)[1])
 
     measured = measure_rounds(jobs, args, error_of, say=lambda text: say(text) if text.startswith("  round") and
@@ -379,16 +385,16 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
     sizes = parse_int_list(args.world_sizes, "--world-sizes") if args.world_sizes != DEFAULT_WORLD_SIZES else []
     if hosts:
         sizes = [max(sizes)]
-    options = options_from_args(args, device_type)
+    machine = machine_from_args(args, device_type)
     if len(sizes) > 1:
         raise UsageError(f"--choose picks a configuration for one world size; give one --world-sizes value "
                          f"(e.g. --world-sizes {sizes[-1]})")
-    world = sizes[0] if sizes else options.nproc_per_node
+    world = sizes[0] if sizes else machine.nproc_per_node
     check_out_file(args.out)
     workload = workload_from_args(args)
-    probes = measured_probes(args, workload.name, world, options, device_type,
+    probes = measured_probes(args, workload.name, world, machine, device_type,
                              say=(lambda text: None) if args.json else print, hosts=hosts)
-    choice = choose(probes, world, args.batch_size, options)
+    choice = choose(probes, world, args.batch_size, machine)
     document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
                 "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,
                 "rejected_for_memory": choice.rejected_for_memory, "considered": choice.considered,

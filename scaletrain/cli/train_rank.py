@@ -7,7 +7,7 @@ It hands each rank the outcome, the run's TrainConfig as JSON in the rank's argv
 `--dry-run` shows), and the rank trains: it builds the model once and parses, resolves and
 writes nothing the command has done already.
 
-    python -m scaletrain.launchers.rank -m scaletrain.cli.train_rank '{"config": {...}, "out": "runs/x"}'
+    python -m scaletrain.launchers.rank -m scaletrain.cli.train_rank '{"config": {...}, "record": null}'
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 import sys
-from pathlib import Path
+from dataclasses import replace
 from typing import Optional
 
 from ..errors import UsageError, as_flags
@@ -25,13 +25,13 @@ from ..launchers.failures import say_usage_error
 MODULE = __name__
 
 
-def rank_args(config, out: Path, record: Optional[dict] = None) -> tuple[str]:
+def rank_args(config, record: Optional[dict] = None) -> tuple[str]:
     """The argv after `-m MODULE`. `record`: config.yaml's values, for rank 0 to write when
     no command could (nodes that number themselves: none knows it is node 0)."""
-    return (json.dumps({"config": config.as_dict(), "out": str(out), "record": record}),)
+    return (json.dumps({"config": json.loads(config.to_json()), "record": record}),)
 
 
-def train_rank(config, out: Path, rank: int, record: Optional[dict], resume_checked: bool) -> None:
+def train_rank(config, rank: int, record: Optional[dict], resume_checked: bool) -> None:
     """Trains as `rank`; given a `record` (no command holds the folder), rank 0 first takes
     the folder and writes the record as config.yaml."""
     from ..train.loop import train
@@ -40,9 +40,9 @@ def train_rank(config, out: Path, rank: int, record: Optional[dict], resume_chec
 
     with contextlib.ExitStack() as held:
         if record is not None and rank == 0:
-            held.enter_context(hold_out(out, may_hold_files=True))
-            config_file.write(out / config_file.CONFIG_FILE, record)
-        train(config, out, resume_checked=resume_checked)
+            held.enter_context(hold_out(config.out, may_hold_files=True))
+            config_file.write(config.out / config_file.CONFIG_FILE, record)
+        train(config, config.out, resume_checked=resume_checked)
 
 
 def said_by_this_rank(exc: UsageError, rank: int) -> bool:
@@ -55,15 +55,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     from ..launchers.interrupts import sigint_as_python
     from ..train import loop  # noqa: F401 - torch and the trainer, before Ctrl-C may raise again
     from ..train.config import TrainConfig
-    from .fault_options import resume_after_agent_restart
 
     sigint_as_python()
     settings = json.loads((sys.argv[1:] if argv is None else argv)[0])
-    config = TrainConfig(**settings["config"])
-    config.resume = resume_after_agent_restart(config.resume, config.checkpoint_every, os.environ)
+    config = TrainConfig.from_json(json.dumps(settings["config"]))
+    config = replace(config, resume=config.resume_after_agent_restart(os.environ))
     rank = detect(os.environ).rank
     try:
-        train_rank(config, Path(settings["out"]), rank, settings.get("record"), resume_checked=True)
+        train_rank(config, rank, settings.get("record"), resume_checked=True)
     except UsageError as exc:
         if said_by_this_rank(exc, rank):
             say_usage_error(as_flags(exc.raw))

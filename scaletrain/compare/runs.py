@@ -62,7 +62,8 @@ def load_run(folder: Path) -> RunRecord:
 
 #: Fields of a record that are figures: a number or null (NaN/inf are written as null).
 NUMERIC = ("step", "total_steps", "epoch", "epochs", "lr", "train_loss", "samples_per_second", "eta_seconds",
-           "epoch_seconds", "wall_seconds", "eval_samples", "eval_loss", "eval_accuracy", "eval_perplexity")
+           "epoch_seconds", "wall_seconds", "eval_samples", "eval_loss", "eval_accuracy", "eval_perplexity",
+           "tflops_per_second", "mfu")
 
 
 def _record(line: str, last: bool) -> tuple[Optional[dict], Optional[str]]:

@@ -6,8 +6,8 @@ from typing import Optional
 
 from .runs import RunRecord, describe_world
 
-COLUMNS = ("run", "strategy", "world size", "held-out accuracy", "held-out loss", "samples/s", "wall time (s)",
-           "epochs")
+COLUMNS = ("run", "strategy", "world size", "held-out accuracy", "held-out loss", "samples/s", "TFLOP/s", "MFU",
+           "wall time (s)", "epochs")
 
 
 def rows(runs: list[RunRecord]) -> list[list[str]]:
@@ -16,7 +16,8 @@ def rows(runs: list[RunRecord]) -> list[list[str]]:
         final = run.final
         table.append([run.folder.absolute().name, run.summary.get("strategy", "?"), describe_world(run) or "?",
                       _number(final["accuracy"], ".4f"), _number(final["loss"], ".4f"),
-                      _number(final["samples_per_second"], ",.0f"), _number(final["wall_seconds"], ".1f"),
+                      _number(final["samples_per_second"], ",.0f"), _number(run.summary.get("tflops_per_second"), ".3g"),
+                      _number(run.summary.get("mfu"), ".1%"), _number(final["wall_seconds"], ".1f"),
                       _number(final["epochs"], "d")])
     return table
 

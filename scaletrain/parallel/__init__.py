@@ -1,17 +1,18 @@
 """Parallelisms that compose on one device mesh.
 
-A run's topology (`Topology`: the degrees pp × dp_replicate × dp_shard × tp and one
+A run's topology (`Topology`: the degrees of the mesh's dimensions, `dims.MESH`, and one
 DeviceMesh) is owned by the run; the parallelisms are transforms applied to the model, in
-this fixed order, each where the configuration enables it:
+this fixed order, each where the configuration (`ParallelConfig`) enables it:
 
 1. pipeline        cut the model into stages of consecutive units; this process keeps its
                    own, and everything below applies to that stage alone
-2. local_devices   the classic single-process split over this process's devices (mp,
-                   hybrid) or DataParallel's replicas (dp)
+2. local_devices   the classic single-process split over this process's devices (mp, and
+                   each replica of DDP + model parallel) or DataParallel's replicas (dp)
 3. tensor_parallel split each layer's matrices across the "tp" dimension
 4. activation_checkpointing  keep only each block's input for backward, recompute the rest
 5. compile         torch.compile block by block, in place
-6. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard")
+6. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard"):
+                   sharded, hybrid-sharded (HSDP) or replicated by FSDP's means
 
 Tensor parallel comes before FSDP because FSDP shards what tensor parallel has already
 split (2-D parameters); checkpointing wraps a block's whole computation, tensor parallel's
@@ -20,7 +21,9 @@ wrappers so that their communication stays between the compiled blocks. A combin
 degrees and options a strategy preset fills in — not a class.
 
 Adding a parallelism is one module defining an object with `name`, `enabled(config)` and
-`apply(part, config)` (see part.py), and one line in PARALLELISMS.
+`apply(part, config, topology)` (see part.py), its cost terms in `scaletrain/plan/costs/`
+(a module of the same name), and one line in PARALLELISMS; docs/architecture.md lists every
+file it touches.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from .data_parallel import DataParallel
 from .local_devices import LocalDevices
 from .meta_init import is_meta, materialise
 from .model_state import retarget_optimizer
-from .part import ModelPart, ParallelConfig
+from .config import SPLIT, ParallelConfig
+from .part import ModelPart
 from .pipeline import PipelineCut
 from .prepared import Prepared
 from .tensor_parallel import TensorParallel, check_tensor_parallel, declared_plan
@@ -55,8 +59,9 @@ PARALLELISMS = [
 ]
 
 
-def parallelize(config: ParallelConfig, model: nn.Module, optimizer: Optional[torch.optim.Optimizer],
-                meta_rng: Optional[torch.Tensor] = None, init_fn: Optional[Callable] = None) -> Prepared:
+def parallelize(config: ParallelConfig, topology: Topology, model: nn.Module,
+                optimizer: Optional[torch.optim.Optimizer], meta_rng: Optional[torch.Tensor] = None,
+                init_fn: Optional[Callable] = None) -> Prepared:
     """Applies every enabled parallelism to `model`, in order; points the optimizer (the
     user's own object, changed in place) at the parameters this process trains.
 
@@ -68,22 +73,22 @@ def parallelize(config: ParallelConfig, model: nn.Module, optimizer: Optional[to
     if on_meta and config.local_devices is not None:
         raise UsageError(f"strategy {config.strategy!r} splits a model over this process's devices, which needs the "
                          "whole model built: build it on a real device (not the meta device)")
-    if config.topology.dims.tp > 1 and config.option("parallelize") is None:
-        check_tensor_parallel(model, config.topology.dims.tp, None)
-        config.tp_rules = declared_plan(model)  # read from the whole model, before any cut
-    if not (config.pipeline or config.local_devices == "split" or on_meta):
-        model.to(config.topology.ctx.device)  # a stage, or parts on several devices, are placed by their cut
     part = ModelPart(module=model, model=model)
+    if config.dims.tp > 1 and config.option("parallelize") is None:
+        check_tensor_parallel(model, config.dims.tp, None)
+        part.tp_rules = declared_plan(model)  # read from the whole model, before any cut
+    if not (config.pipelined or config.local_devices == SPLIT or on_meta):
+        model.to(topology.ctx.device)  # a stage, or parts on several devices, are placed by their cut
     for parallelism in PARALLELISMS:
         if parallelism.enabled(config):
-            parallelism.apply(part, config)
+            parallelism.apply(part, config, topology)
     if on_meta:
-        materialise(model, part.module, config.topology.ctx.device, meta_rng, init_fn)
+        materialise(model, part.module, topology.ctx.device, meta_rng, init_fn)
         part.banner.append("meta-device initialisation: each process built and initialised only its own share")
     # Parallelisms replace parameters (FSDP's shards, tensor parallel's DTensors) or keep a
     # share of them (a stage): the optimizer must follow.
     optimizer = retarget_optimizer(optimizer, before, part.module)
-    return Prepared(config, part, optimizer)
+    return Prepared(config, topology, part, optimizer)
 
 
 __all__ = ["PARALLELISMS", "ParallelConfig", "ModelPart", "Prepared", "Topology", "parallelize"]

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from .blocks import model_blocks
-from .part import ModelPart, ParallelConfig
+from .config import ParallelConfig
+from .part import ModelPart
 
 MODES = ("none", "full", "selective")
 
@@ -71,7 +72,7 @@ class ActivationCheckpointing:
     def enabled(self, config: ParallelConfig) -> bool:
         return config.option("activation_checkpointing", "none") != "none"
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+    def apply(self, part: ModelPart, config: ParallelConfig, topology) -> None:
         mode, every = config.option("activation_checkpointing"), config.option("ac_every")
         blocks = model_blocks(part.module)
         chosen = chosen_blocks(blocks, mode, every)

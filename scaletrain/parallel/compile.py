@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from .blocks import model_blocks
-from .part import ModelPart, ParallelConfig
+from .config import ParallelConfig
+from .part import ModelPart
 
 
 def compile_blocks(module: nn.Module) -> list[str]:
@@ -34,7 +35,7 @@ class Compile:
     def enabled(self, config: ParallelConfig) -> bool:
         return bool(config.option("compile", False))
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+    def apply(self, part: ModelPart, config: ParallelConfig, topology) -> None:
         compiled = compile_blocks(part.module)
         part.banner.append(f"torch.compile on {len(compiled)} block(s) ({', '.join(n for n in compiled if n) or 'the model'}); "
                            "the first steps are slow while they compile")

@@ -1,13 +1,14 @@
 """The data-parallel dimensions, applied last (after tensor parallel, checkpointing and
 compilation): DistributedDataParallel, or FSDP2 over the mesh's data-parallel dimensions.
 
-- "ddp": `DistributedDataParallel` over the dp_replicate group: gradients all-reduced in
+- DDP: `DistributedDataParallel` over the dp_replicate group: gradients all-reduced in
   buckets while backward still runs. Used where every process holds the whole model (ddp,
-  hybrid).
-- "fsdp": `fully_shard` block by block, then the root, over the (dp_replicate, dp_shard)
-  mesh: with dp_replicate 1 plain FSDP (each process holds 1/dp_shard of parameters,
-  gradients and optimizer state), with both above 1 hybrid sharding (HSDP: shards within a
-  group, replicas across groups), with dp_shard 1 replication by FSDP's means. It composes
+  and DDP + model parallel, whose replicas are split over each process's devices).
+- FSDP: `fully_shard` block by block, then the root, over the data-parallel mesh (the
+  replicas, and the shards: every dimension FSDP shards over, `MeshDim.shards_state`): with
+  dp_replicate 1 plain FSDP (each process holds 1/dp_shard of parameters, gradients and
+  optimizer state), with both above 1 hybrid sharding (HSDP: shards within a group, replicas
+  across groups), with dp_shard 1 replication by FSDP's means. It composes
   with tensor parallel (2-D parameters) and with pipeline stages, which DDP does not.
   Sharding each block separately lets one block's all-gather overlap another's compute
   and keeps one block's full parameters alive at a time.
@@ -23,7 +24,10 @@ from torch import nn
 
 from ..precision import PRECISIONS
 from .blocks import model_blocks
-from .part import ModelPart, ParallelConfig
+from .config import DDP, ParallelConfig
+from .dims import DP_REPLICATE
+from .part import ModelPart
+from .topology import Topology
 
 
 def fsdp_policy(precision: str):
@@ -43,26 +47,26 @@ class DataParallel:
     def enabled(self, config: ParallelConfig) -> bool:
         return config.data_parallel is not None
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
-        if config.data_parallel == "ddp":
-            _apply_ddp(part, config)
+    def apply(self, part: ModelPart, config: ParallelConfig, topology: Topology) -> None:
+        if config.data_parallel == DDP:
+            _apply_ddp(part, config, topology)
         else:
-            _apply_fsdp(part, config)
+            _apply_fsdp(part, config, topology)
 
 
-def _apply_ddp(part: ModelPart, config: ParallelConfig) -> None:
+def _apply_ddp(part: ModelPart, config: ParallelConfig, topology: Topology) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from .ddp_compression import register_compression
 
-    ctx = config.topology.ctx
+    ctx = topology.ctx
     kwargs = {
-        # A replica spread over several devices (hybrid) must leave device_ids to DDP.
+        # A replica spread over several devices (DDP + model parallel) must leave device_ids to DDP.
         "device_ids": [ctx.device.index] if ctx.device.type == "cuda" and part.model is part.module else None,
         # Gradients live in the communication buckets: one copy less per step.
         "gradient_as_bucket_view": True,
         "static_graph": bool(config.option("static_graph", False)),
-        "process_group": config.topology.group("dp_replicate"),
+        "process_group": topology.group(DP_REPLICATE),
     }
     if config.option("bucket_cap_mb") is not None:
         kwargs["bucket_cap_mb"] = float(config.option("bucket_cap_mb"))
@@ -71,7 +75,7 @@ def _apply_ddp(part: ModelPart, config: ParallelConfig) -> None:
     part.model, part.no_sync = ddp, ddp.no_sync
 
 
-def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
+def _apply_fsdp(part: ModelPart, config: ParallelConfig, topology: Topology) -> None:
     from torch.distributed.fsdp import fully_shard
 
     # torch warns, once per module and process, that a block returning a view (what any
@@ -79,10 +83,9 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
     # training step never does, and N processes printing it twice each bury the output.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
-    topology = config.topology
     dims = topology.dims
     # HSDP's 2-D mesh (replicate, shard) where there are replicas; the shard dimension alone otherwise.
-    mesh = topology.submesh("dp_replicate", "dp_shard") if dims.dp_replicate > 1 else topology.submesh("dp_shard")
+    mesh = topology.data_parallel_mesh()
     kwargs = {"mesh": mesh, "mp_policy": fsdp_policy(config.option("precision", "fp32"))}
     reshard = config.option("reshard_after_forward")
     if reshard is not None:
@@ -98,12 +101,12 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig) -> None:
     fully_shard(module, **kwargs)  # the root: every parameter no block took, tied ones included
     part.casts_itself = True
     part.no_sync = lambda: _fsdp_no_sync(module)
-    kind = "replicated" if dims.dp_shard == 1 else "sharded"
-    part.facts.update({"sharded_blocks": blocks, "shards": dims.dp_shard, "replicas": dims.dp_replicate,
+    kind = "replicated" if dims.shards == 1 else "sharded"
+    part.facts.update({"sharded_blocks": blocks, "shards": dims.shards, "replicas": dims.dp_replicate,
                        "reshard_after_forward": True if reshard is None else reshard,
                        "offload": bool(config.option("offload", False))})
-    how = (f"{dims.dp_shard} ways" if dims.dp_replicate == 1 else
-           f"{dims.dp_shard} ways within each of {dims.dp_replicate} replica groups" if dims.dp_shard > 1 else
+    how = (f"{dims.shards} ways" if dims.dp_replicate == 1 else
+           f"{dims.shards} ways within each of {dims.dp_replicate} replica groups" if dims.shards > 1 else
            f"across {dims.dp_replicate} replicas")
     part.banner.append(f"fsdp: {len(blocks)} block(s) ({', '.join(blocks)}) and the root {kind} {how}"
                        + (f"; {', '.join(tied)} share weights with another part of the model (tied), so the root's "

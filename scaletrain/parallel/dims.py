@@ -5,11 +5,15 @@
     dp_shard      data-parallel shards: each holds 1/dp_shard of parameters, gradients, state
     tp            tensor parallel: each layer's matrices split across processes
 
-They multiply to the world size. Ranks are laid out row-major over (pp, dp_replicate,
-dp_shard, tp): tensor parallel innermost, so its processes — which talk in every layer — are
-neighbours on one machine; pipeline stages outermost, so a stage per machine is what a job
-of several machines gets. A process's data-parallel rank counts over (dp_replicate, dp_shard):
-tensor-parallel peers read the same batch, a pipeline's stages the same batch too.
+`MESH` lists them once, outermost first, each with what it means for the rest of the code
+(whether its processes read different batches, whether FSDP shards the state over it, whether
+its processes hold equal copies); everything that walks the dimensions walks this list. They
+multiply to the world size. Ranks are laid out row-major over the list: tensor parallel
+innermost, so its processes — which talk in every layer — are neighbours on one machine;
+pipeline stages outermost, so a stage per machine is what a job of several machines gets. A
+process's data-parallel rank counts over the dimensions whose processes read different
+batches (dp_replicate, dp_shard): tensor-parallel peers read the same batch, a pipeline's
+stages the same batch too.
 
 Pure values: no torch, so the parent process checks a combination in milliseconds.
 """
@@ -22,55 +26,143 @@ from typing import Optional
 
 from ..errors import UsageError, arg
 
-#: The mesh's dimensions, outermost first.
-MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+PP, DP_REPLICATE, DP_SHARD, TP = "pp", "dp_replicate", "dp_shard", "tp"
 
 
 @dataclass(frozen=True)
+class MeshDim:
+    """One dimension of the mesh and what its processes are to each other."""
+    name: str
+    help: str
+    """What the degree means (the help of its option)."""
+    metavar: str
+    batch: bool = False
+    """Its processes read different batches: it counts in the data-parallel size and rank."""
+    shards_state: bool = False
+    """FSDP shards parameters, gradients and optimizer state over it."""
+    replicates: bool = False
+    """Its processes hold equal copies of what they train (gradients equal after synchronisation)."""
+    composes: bool = True
+    """A degree every composable strategy takes (pp is the pipeline's alone)."""
+
+
+#: The mesh's dimensions, outermost first: the one list everything walks.
+MESH = (
+    MeshDim(PP, "pipeline stages, one process each; the processes they leave are data-parallel replicas of the "
+                "pipeline (default: every process a stage)", "P", composes=False),
+    MeshDim(DP_REPLICATE, "data-parallel replicas, each holding the whole model (or, with dp_shard, a group of "
+                          "shards)", "R", batch=True, replicates=True),
+    MeshDim(DP_SHARD, "data-parallel shards: each process holds 1/S of parameters, gradients and optimizer state",
+            "S", batch=True, shards_state=True),
+    MeshDim(TP, "tensor-parallel degree: each layer's matrices split N ways, by the model's own plan (stdlib-gpt; "
+                "Hugging Face models that declare one, such as Llama) or by --parallelize", "N"),
+)
+MESH_DIMS = tuple(d.name for d in MESH)
+BY_NAME = {d.name: d for d in MESH}
+
+
 class ParallelDims:
-    pp: int = 1
-    dp_replicate: int = 1
-    dp_shard: int = 1
-    tp: int = 1
-    devices_per_process: int = 1
-    """Devices one process drives itself (dp, mp, hybrid): not a mesh dimension."""
+    """The degree of every mesh dimension (1 where not split), as one frozen value:
+    `ParallelDims(pp=2, tp=2)`, `dims.tp`, `dims.degrees()`."""
+
+    __slots__ = ("_degrees", "devices_per_process")
+
+    def __init__(self, devices_per_process: int = 1, **degrees: int):
+        unknown = [name for name in degrees if name not in BY_NAME]
+        if unknown:
+            raise TypeError(f"not mesh dimensions: {', '.join(unknown)} (they are {', '.join(MESH_DIMS)})")
+        object.__setattr__(self, "_degrees", tuple(int(degrees.get(name, 1)) for name in MESH_DIMS))
+        object.__setattr__(self, "devices_per_process", devices_per_process)
+        """Devices one process drives itself (dp, mp, DDP + model parallel): not a mesh dimension."""
+
+    def __getattr__(self, name: str) -> int:
+        if name in BY_NAME:
+            return self._degrees[MESH_DIMS.index(name)]
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("ParallelDims is frozen")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ParallelDims) and (self._degrees, self.devices_per_process) == (
+            other._degrees, other.devices_per_process)
+
+    def __hash__(self) -> int:
+        return hash((self._degrees, self.devices_per_process))
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{name}={self[name]}" for name in self.enabled())
+        extra = f", devices_per_process={self.devices_per_process}" if self.devices_per_process != 1 else ""
+        return f"ParallelDims({given}{extra})"
+
+    def __reduce__(self):
+        return _dims, (self.devices_per_process, self.degrees())
+
+    def __getitem__(self, name: str) -> int:
+        return self._degrees[MESH_DIMS.index(name)]
 
     @property
     def world_size(self) -> int:
-        return math.prod(self.degrees().values())
+        return math.prod(self._degrees)
 
     @property
     def dp_size(self) -> int:
         """Data-parallel size: how many different batches one optimizer step sees."""
-        return self.dp_replicate * self.dp_shard
+        return math.prod(self[d.name] for d in MESH if d.batch)
+
+    @property
+    def shards(self) -> int:
+        """How many ways FSDP shards the state (the product of the dimensions it shards over)."""
+        return math.prod(self[d.name] for d in MESH if d.shards_state)
+
+    def span(self, name: str) -> int:
+        """How many consecutive ranks one group of dimension `name` spans: its degree times
+        those of the dimensions inside it (a group that does not fit one machine crosses the
+        network)."""
+        return math.prod(self._degrees[MESH_DIMS.index(name):])
 
     def degrees(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in MESH_DIMS}
+        return dict(zip(MESH_DIMS, self._degrees))
 
     def enabled(self) -> tuple[str, ...]:
         """The dimensions of more than one process, outermost first."""
-        return tuple(name for name in MESH_DIMS if getattr(self, name) > 1)
+        return tuple(name for name, size in zip(MESH_DIMS, self._degrees) if size > 1)
 
     def coordinates(self, rank: int) -> dict[str, int]:
         """This rank's index along each dimension."""
         coords = {}
-        for name in reversed(MESH_DIMS):
-            size = getattr(self, name)
+        for name, size in reversed(list(zip(MESH_DIMS, self._degrees))):
             coords[name] = rank % size
             rank //= size
         return {name: coords[name] for name in MESH_DIMS}
 
     def dp_rank(self, rank: int) -> int:
+        """Which of the dp_size batches this rank reads (row-major over the batch dimensions)."""
         c = self.coordinates(rank)
-        return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
+        index = 0
+        for d in MESH:
+            if d.batch:
+                index = index * self[d.name] + c[d.name]
+        return index
+
+    @property
+    def composed(self) -> bool:
+        """Whether the mesh says more than the number of processes: several dimensions in use,
+        or one whose processes do not each hold a whole stage or batch (tensor parallel)."""
+        enabled = self.enabled()
+        return len(enabled) > 1 or any(not (BY_NAME[name].batch or name == PP) for name in enabled)
 
     def describe(self) -> str:
         """'pp 2 × dp_shard 2 × tp 2' (the dimensions in use), '1 process' when none."""
-        used = [f"{name} {getattr(self, name)}" for name in self.enabled()]
+        used = [f"{name} {self[name]}" for name in self.enabled()]
         return " × ".join(used) if used else "1 process"
 
     def as_dict(self) -> dict:
         return {**self.degrees(), "devices_per_process": self.devices_per_process}
+
+
+def _dims(devices_per_process: int, degrees: dict) -> ParallelDims:
+    return ParallelDims(devices_per_process, **degrees)
 
 
 def _check_degree(name: str, value) -> None:

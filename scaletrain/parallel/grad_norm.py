@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .dims import PP
 from .topology import Topology
 
 
@@ -44,5 +45,5 @@ def total_norm(grads: list[torch.Tensor], topology: Topology, norm_type: float =
     if topology.stages > 1:
         # Stages hold disjoint parts: combine over the pipeline (replicas hold the same).
         dist.all_reduce(total, op=dist.ReduceOp.MAX if infinite else dist.ReduceOp.SUM,
-                        group=topology.group("pp"))
+                        group=topology.group(PP))
     return total if infinite else total ** (1.0 / norm_type)

@@ -1,6 +1,6 @@
 """The devices one process drives itself (the classic single-machine strategies):
 
-- "split" (mp, and each replica of hybrid): the model cut into K consecutive parts, part k
+- "split" (mp, and each replica of DDP + model parallel, `hybrid`): the model cut into K consecutive parts, part k
   on device k (cuda:p*K+k for process p), activations moved from one device to the next.
   With M micro-batches each batch flows through the parts like an assembly line (the
   classic "split size" trick): while part 2 works on micro-batch 1, part 1 already works on
@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 from ..errors import UsageError, arg
-from .part import ModelPart, ParallelConfig
+from .config import SPLIT, ParallelConfig
+from .part import ModelPart
+from .topology import Topology
 from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
 
 #: Parts an mp model is cut into on a machine without GPUs.
@@ -99,15 +101,14 @@ class LocalDevices:
     def enabled(self, config: ParallelConfig) -> bool:
         return config.local_devices is not None
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
-        if config.local_devices == "split":
-            _split(part, config)
+    def apply(self, part: ModelPart, config: ParallelConfig, topology: Topology) -> None:
+        if config.local_devices == SPLIT:
+            _split(part, config, topology.ctx)
         else:
-            _replicate(part, config)
+            _replicate(part, config, topology.ctx)
 
 
-def _split(part: ModelPart, config: ParallelConfig) -> None:
-    ctx = config.topology.ctx
+def _split(part: ModelPart, config: ParallelConfig, ctx) -> None:
     count = split_parts(config.option("devices_per_process"), config.option("split_points"), ctx.local_world_size)
     what = f"strategy {config.strategy}"
     cut = cut_blocks(part.module, count, config.option("split_points"), what, "devices_per_process")
@@ -138,8 +139,7 @@ class PartedRunner:
             return self.parted.forward(inputs).to(self.device)
 
 
-def _replicate(part: ModelPart, config: ParallelConfig) -> None:
-    ctx = config.topology.ctx
+def _replicate(part: ModelPart, config: ParallelConfig, ctx) -> None:
     on_cuda = ctx.device.type == "cuda"
     count = replicas_here(config.option("devices_per_process"), on_cuda)
     part.module.to(ctx.device)

@@ -1,8 +1,9 @@
-"""What the parallelisms transform: a model being prepared for one process, and the
-configuration they follow.
+"""What the parallelisms transform: a model being prepared for one process.
 
 A parallelism (see `scaletrain.parallel.PARALLELISMS`) is a small object with a `name`, an
-`enabled(config)` test and an `apply(part, config)` that changes the `ModelPart` in place: it may
+`enabled(config)` test and an `apply(part, config, topology)` that changes the `ModelPart` in
+place, following the configuration (`config.ParallelConfig`) on this process's place in the
+mesh (`topology.Topology`): it may
 replace `module` by this process's share (a pipeline stage), wrap `model` (DDP), change the
 parameters (tensor parallel and FSDP make them DTensors), and say how the part trains
 (`runner`), synchronises (`no_sync`) and what it holds (`facts`, `banner`).
@@ -15,29 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from torch import nn
-
-from .topology import Topology
-
-
-@dataclass
-class ParallelConfig:
-    """A combination of parallelisms: the strategy's name and options, the topology, and what
-    they switch on."""
-    strategy: str
-    options: Any
-    """The strategy's options (a frozen dataclass): each parallelism reads its own fields."""
-    topology: Topology
-    data_parallel: Optional[str] = None
-    """How the data-parallel dimensions synchronise: "ddp", "fsdp" or None (nothing to do)."""
-    pipeline: bool = False
-    """Whether the model runs as pipeline stages on a schedule (even with one stage)."""
-    local_devices: Optional[str] = None
-    """How one process drives several devices itself: "split" (mp, hybrid), "replicate" (dp) or None."""
-    tp_rules: dict = field(default_factory=dict)
-    """Tensor parallel's rules ({module path or pattern: style}), read from the whole model."""
-
-    def option(self, name: str, default: Any = None) -> Any:
-        return getattr(self.options, name, default)
 
 
 @dataclass
@@ -59,3 +37,6 @@ class ModelPart:
     """What this run holds, for summary.json."""
     banner: list = field(default_factory=list)
     """Lines the run prints on rank 0 (the split it made, ...)."""
+    tp_rules: dict = field(default_factory=dict)
+    """Tensor parallel's rules ({module path or pattern: style}), read from the whole model
+    before any cut."""

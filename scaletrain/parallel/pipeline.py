@@ -20,7 +20,10 @@ from torch import nn
 
 from ..batches import NO_TARGETS, split
 from ..errors import UsageError, arg
-from .part import ModelPart, ParallelConfig
+from .config import ParallelConfig
+from .dims import PP
+from .part import ModelPart
+from .topology import Topology
 from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -64,12 +67,11 @@ class PipelineCut:
     name = "pipeline"
 
     def enabled(self, config: ParallelConfig) -> bool:
-        return config.pipeline
+        return config.pipelined
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
-        topology = config.topology
+    def apply(self, part: ModelPart, config: ParallelConfig, topology: Topology) -> None:
         stage, stages = topology.stage, topology.stages
-        cut = cut_blocks(part.module, stages, config.option("split_points"), "strategy pipeline", "pp")
+        cut = cut_blocks(part.module, stages, config.option("split_points"), "strategy pipeline", PP)
         parts = split_model(part.module, cut, "strategy pipeline")
         counts = parameter_counts(parts)
         if not counts[stage]:
@@ -78,7 +80,7 @@ class PipelineCut:
         mine = parts[stage]
         if not any(t.is_meta for t in mine.parameters()):  # a meta-device build is materialised later
             mine.to(topology.ctx.device)
-        microbatches = config.option("microbatches") or stages
+        microbatches = config.microbatches
         schedule = config.option("schedule", "1f1b")
         part.module = part.model = mine
         part.runner = PipelineRunner(part, topology, schedule, microbatches)
@@ -154,7 +156,7 @@ class PipelineRunner:
         if key not in self.schedules:
             topology = self.topology
             stage = PipelineStage(self.part.model, topology.stage, topology.stages, topology.ctx.device,
-                                  group=topology.group("pp"))
+                                  group=topology.group(PP))
             if training:
                 # scale_grads=False: the loss function divides by M itself, because the schedule's
                 # own scaling would also divide gradients accumulated over earlier steps.

@@ -18,14 +18,17 @@ from ..batches import NO_TARGETS, call_model, compute_loss, move_to, split
 from ..precision import PRECISIONS
 from . import model_state, state
 from .grad_norm import total_norm
-from .part import ModelPart, ParallelConfig
+from .config import ParallelConfig
+from .part import ModelPart
+from .topology import Topology
 
 
 class Prepared:
-    def __init__(self, config: ParallelConfig, part: ModelPart, optimizer: Optional[torch.optim.Optimizer]):
+    def __init__(self, config: ParallelConfig, topology: Topology, part: ModelPart,
+                 optimizer: Optional[torch.optim.Optimizer]):
         self.config, self.part = config, part
-        self.topology = config.topology
-        self.ctx = config.topology.ctx
+        self.topology = topology
+        self.ctx = topology.ctx
         self.model = part.returned if part.returned is not None else part.model
         self.module, self.optimizer = part.module, optimizer
         self.banner = list(part.banner)

@@ -1,4 +1,4 @@
-"""Splitting a model into consecutive parts: the one place where mp, hybrid and pipeline
+"""Splitting a model into consecutive parts: the one place where mp, DDP + model parallel and pipeline
 decide which blocks go together.
 
 A model can be split when it has a view as consecutive units (stage_units: an

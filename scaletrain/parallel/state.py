@@ -24,6 +24,7 @@ from torch import nn
 from ..collectives import gather_to_rank0, scatter_from_rank0
 from ..errors import UsageError
 from . import model_state
+from .dims import PP
 from .topology import Topology
 
 #: DTensor warns when gathering a 2-D (FSDP × tensor parallel) tensor takes two all-gathers:
@@ -37,8 +38,8 @@ def _whole(value):
 
 
 def _stage_leader(topology: Topology) -> bool:
-    c = topology.coords
-    return c["dp_replicate"] == 0 and c["dp_shard"] == 0 and c["tp"] == 0
+    """The first process of its stage: coordinate 0 along every dimension but the pipeline's."""
+    return all(index == 0 for name, index in topology.coords.items() if name != PP)
 
 
 def state_dict(module: nn.Module, topology: Topology, full: bool,

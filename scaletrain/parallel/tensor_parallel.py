@@ -25,7 +25,10 @@ from typing import Callable, Optional
 from torch import nn
 
 from ..errors import AgreedError, UsageError, arg, by_door
-from .part import ModelPart, ParallelConfig
+from .config import ParallelConfig
+from .dims import TP
+from .part import ModelPart
+from .topology import Topology
 
 #: The styles a plan may name (the vocabulary of Hugging Face's plans), as torch's classes.
 STYLES = ("colwise", "rowwise", "colwise_rep", "colwise_gather_output", "rowwise_rep", "rowwise_split_input")
@@ -133,13 +136,13 @@ class TensorParallel:
     name = "tensor_parallel"
 
     def enabled(self, config: ParallelConfig) -> bool:
-        return config.topology.dims.tp > 1
+        return config.dims.tp > 1
 
-    def apply(self, part: ModelPart, config: ParallelConfig) -> None:
+    def apply(self, part: ModelPart, config: ParallelConfig, topology: Topology) -> None:
         from torch.distributed.tensor.parallel import parallelize_module
 
-        tp = config.topology.dims.tp
-        mesh = config.topology.submesh("tp")
+        tp = config.dims.tp
+        mesh = topology.submesh(TP)
         hook = config.option("parallelize")
         module = part.module
         if isinstance(hook, str):
@@ -149,7 +152,7 @@ class TensorParallel:
         if hook is not None:
             hook(module, mesh)
             split = split_parameters(module, mesh)
-            if not split and not config.pipeline:  # (one pipeline stage may have nothing to split)
+            if not split and not config.pipelined:  # (one pipeline stage may have nothing to split)
                 raise AgreedError(
                     f"{arg('parallelize')}: your function returned without splitting any parameter across the "
                     f"{tp} tensor-parallel processes, so each would compute the whole model; apply "
@@ -161,7 +164,7 @@ class TensorParallel:
             # The rules were read from the whole model (a pipeline stage has lost its config):
             # those that name a module of this part apply to it.
             paths = [path for path, _ in module.named_modules()]
-            rules = {key: style for key, style in config.tp_rules.items()
+            rules = {key: style for key, style in part.tp_rules.items()
                      if any(fnmatch.fnmatchcase(path, key) for path in paths)}
             parallelize_module(module, mesh, {key: tp_style(style, key) for key, style in rules.items()})
             source = f"{len(rules)} rule(s) of the model's plan"

@@ -4,8 +4,8 @@ group of each dimension, who holds the model's outputs, whether gradients and st
 sharded.
 
 Strategies, loaders, the loss scaler, evaluation and checkpoints all ask a `Topology`; none
-of them builds a mesh or a process group of its own. The mesh has the four dimensions of
-`ParallelDims` (those of size 1 included, so every dimension can be named) and is built on
+of them builds a mesh or a process group of its own. The mesh has the dimensions of
+`dims.MESH` (those of size 1 included, so every dimension can be named) and is built on
 first use: a plain DDP run never needs one.
 """
 
@@ -16,14 +16,21 @@ from typing import Optional
 import torch.distributed as dist
 
 from ..context import ProcessContext
-from .dims import MESH_DIMS, ParallelDims
+from .dims import BY_NAME, MESH, MESH_DIMS, PP, ParallelDims
 
 
 class Topology:
     def __init__(self, dims: ParallelDims, ctx: ProcessContext):
-        self.dims, self.ctx = dims, ctx
-        self.coords = dims.coordinates(ctx.rank)
+        self.ctx = ctx
         self._mesh = None
+        self.reshape(dims)
+
+    def reshape(self, dims: ParallelDims) -> None:
+        """Settle the dimensions anew before any mesh is built (the library's `auto`, which
+        decides at setup whether its data-parallel dimension replicates or shards)."""
+        assert self._mesh is None, "the mesh is built already"
+        self.dims = dims
+        self.coords = dims.coordinates(self.ctx.rank)
 
     # -- where this process stands -----------------------------------------------------
     @property
@@ -37,7 +44,7 @@ class Topology:
 
     @property
     def stage(self) -> int:
-        return self.coords["pp"]
+        return self.coords[PP]
 
     @property
     def stages(self) -> int:
@@ -53,7 +60,8 @@ class Topology:
     def reports_outputs(self) -> bool:
         """Whether this process's outputs count in metrics: one process per data-parallel
         shard (tensor-parallel peers compute the same outputs; a pipeline's first stages none)."""
-        return self.holds_outputs and self.coords["tp"] == 0
+        peers = [d.name for d in MESH if not d.batch and d.name != PP]  # they compute the same outputs
+        return self.holds_outputs and all(self.coords[name] == 0 for name in peers)
 
     @property
     def output_reporters(self) -> int:
@@ -65,7 +73,7 @@ class Topology:
         """Whether processes hold different gradients after synchronisation (shards, tensor
         parallel slices, pipeline stages): a gradient norm or an fp16 overflow must then be
         agreed over every process."""
-        return self.dims.dp_shard > 1 or self.dims.tp > 1 or self.dims.pp > 1
+        return any(not BY_NAME[name].replicates for name in self.dims.enabled())
 
     @property
     def shards_state(self) -> bool:
@@ -79,13 +87,26 @@ class Topology:
         if self._mesh is None:
             from torch.distributed.device_mesh import init_device_mesh
 
-            shape = tuple(getattr(self.dims, name) for name in MESH_DIMS)
+            shape = tuple(self.dims[name] for name in MESH_DIMS)
             self._mesh = init_device_mesh(self.ctx.device.type, shape, mesh_dim_names=MESH_DIMS)
         return self._mesh
 
     def submesh(self, *names: str):
         """The mesh of some dimensions (e.g. "dp_replicate", "dp_shard" for FSDP's)."""
         return self.mesh[names if len(names) > 1 else names[0]]
+
+    def data_parallel_mesh(self):
+        """FSDP's mesh: (replicas, shards) where there are replicas (HSDP), the shards alone
+        otherwise; the shards are every dimension FSDP shards over, flattened into one where
+        several are in use."""
+        shard_dims = [d.name for d in MESH if d.shards_state]
+        used = [name for name in shard_dims if self.dims[name] > 1] or shard_dims[:1]
+        shards = used[0]
+        if len(used) > 1:
+            shards = "_".join(used)
+            self.submesh(*used)._flatten(shards)
+        replicas = [d.name for d in MESH if d.replicates and self.dims[d.name] > 1]
+        return self.submesh(*replicas, shards)
 
     def group(self, name: str) -> Optional[dist.ProcessGroup]:
         """The process group of one dimension: this process and its peers along it (None:

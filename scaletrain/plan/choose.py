@@ -21,7 +21,7 @@ from ..defaults import WORTH_AT_SPEEDUP
 from .predict import Prediction, predict
 from .verdict import implausible
 from .probe import Probe, probe_from_dict
-from .scenario import Options
+from .machine import Machine
 
 #: The checkpointing modes tried: none, then full (the cheapest change that saves most memory).
 CHECKPOINTING = ("none", "full")
@@ -143,7 +143,7 @@ class Choice:
         return [first, second + "."]
 
 
-def choose(probes: list[Probe], world_size: int, batch_size: int, options: Options) -> Choice:
+def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machine) -> Choice:
     """The fastest configuration that fits, by the median prediction over the probes' rounds."""
     probe = probes[0]
     fp = probe.footprint
@@ -152,7 +152,7 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
     predicted: list[tuple[Prediction, list[float]]] = []
     rejected, every = [], []
     for name, chosen_options in found:
-        rounds = [p for p in (predict(pr, name, world_size, options, chosen_options) for pr in probes) if p]
+        rounds = [p for p in (predict(pr, name, world_size, machine, chosen_options) for pr in probes) if p]
         if not rounds:
             continue
         middle = sorted(rounds, key=lambda p: p.samples_per_s)[len(rounds) // 2]
@@ -167,7 +167,7 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, options: Optio
     # inside the room only when no candidate has it, and then by the speed to expect: a
     # candidate predicted at the budget's edge fits about half the time, so a slower one
     # further below it can be the better bet (fit_odds).
-    budget = options.device_memory_bytes
+    budget = machine.device_memory_bytes
     room = memory_room(probe.device_type)
     roomy = lambda p: p.memory_bytes <= budget * (1 - room)  # noqa: E731
     predicted.sort(key=lambda item: (roomy(item[0]), item[0].samples_per_s * fit_odds(item[0].memory_bytes, budget,

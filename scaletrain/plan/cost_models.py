@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+from ..parallel.config import DDP, FSDP, SPLIT, ParallelConfig
+from ..parallel.dims import DP_REPLICATE, DP_SHARD
 from . import formulas as f
-from .configuration import Configuration, configuration
+from .configuration import configuration
+from .machine import Machine
 from .memory_model import peak_bytes
 from .probe import MeshStep, Probe
-from .scenario import Options, Scenario, compute_at, one_process_threads, scenario
+from .scenario import Scenario, compute_at, one_process_threads, scenario
 from .stages import stage_costs, stage_groups
-
-#: Share of a step's forward + backward that is backward, behind which DDP hides its all-reduce.
-BACKWARD_SHARE = 2 / 3
 
 
 def _activations(probe: Probe) -> float:
@@ -30,7 +30,7 @@ def _replicated_memory(probe: Probe) -> float:
     return f.memory_replicated(fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes, _activations(probe))
 
 
-def devices_per_process(probe: Probe, options: Options, default_on_cpu: int) -> int:
+def devices_per_process(probe: Probe, options: Machine, default_on_cpu: int) -> int:
     """--devices-per-process, else the GPUs visible; on a CPU `default_on_cpu` parts share it."""
     if options.devices_per_process:
         return options.devices_per_process
@@ -41,8 +41,7 @@ def devices_per_process(probe: Probe, options: Options, default_on_cpu: int) -> 
 
 def ddp_comm(probe: Probe, s: Scenario) -> float:
     """DDP's gradients all-reduced bucket by bucket, each at the bandwidth of its size."""
-    buckets = f.ddp_buckets(list(probe.footprint.grad_tensor_bytes))
-    return sum(f.ring_all_reduce_seconds(b, s.world_size, s.busbw(b), s.alpha_s) for b in buckets)
+    return f.ddp_comm_seconds(list(probe.footprint.grad_tensor_bytes), s.world_size, s.busbw, s.alpha_s)
 
 
 def measured_ddp_exposed(probe: Probe, s: Scenario) -> Optional[float]:
@@ -55,7 +54,7 @@ def measured_ddp_exposed(probe: Probe, s: Scenario) -> Optional[float]:
     return m.exposed_comm_s
 
 
-def _single(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
+def _single(probe: Probe, s: Scenario, o: Machine) -> Optional[dict]:
     if s.world_size != 1:
         return None
     c = compute_at(probe, one_process_threads(probe, o))
@@ -114,7 +113,7 @@ def _boundary_latencies(s: Scenario, dims) -> list[float]:
             for j in range(dims.pp - 1)]
 
 
-def _mp_part(probe: Probe, s: Scenario, o: Options, threads: int) -> Optional[dict]:
+def _mp_part(probe: Probe, s: Scenario, o: Machine, threads: int) -> Optional[dict]:
     """One process whose model is cut into K parts on K devices. On GPUs the parts work at
     once on different micro-batches (the strategy's default is 1 micro-batch: none overlap);
     on a CPU every part is on the same device, so the parts take turns."""
@@ -128,26 +127,26 @@ def _mp_part(probe: Probe, s: Scenario, o: Options, threads: int) -> Optional[di
                    one_process=True)
 
 
-def _mp(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
+def _mp(probe: Probe, s: Scenario, o: Machine) -> Optional[dict]:
     if s.world_size != 1:
         return None
     return _mp_part(probe, s, o, one_process_threads(probe, o))
 
 
-def _hybrid(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
+def _ddp_model_parallel(probe: Probe, s: Scenario, o: Machine) -> Optional[dict]:
     """DDP over processes whose replicas are cut like mp's: mp's step at the threads each
     process gets, plus DDP's all-reduce of the whole replica's gradients."""
     cost = _mp_part(probe, s, o, s.threads)
     if cost is None:
         return None
     comm = ddp_comm(probe, s)
-    hideable = BACKWARD_SHARE * compute_at(probe, s.threads, s.oversubscription).fb_s
+    hideable = f.BACKWARD_SHARE * compute_at(probe, s.threads, s.oversubscription).fb_s
     exposed = f.exposed_seconds(comm, hideable, o.overlap)
     return {**cost, "comm": cost["comm"] + comm, "exposed": cost["exposed"] + exposed,
             "batch": probe.batch_size * s.world_size}
 
 
-def _dp(probe: Probe, s: Scenario, o: Options) -> Optional[dict]:
+def _dp(probe: Probe, s: Scenario, o: Machine) -> Optional[dict]:
     """DataParallel: one process, the batch split over its k devices; every step copies the
     parameters to the k-1 other devices and sums their gradients back onto the first, at
     the measured bus bandwidth. With one device (a CPU) it is one process's step."""
@@ -177,7 +176,7 @@ def _tp_share(fp, tp: int, units: Optional[list[int]] = None) -> float:
     return (total - split + split / tp) / total
 
 
-def _tp_comm(probe: Probe, s: Scenario, config: Configuration, units: list[int], samples: float, times: int) -> float:
+def _tp_comm(probe: Probe, s: Scenario, config: ParallelConfig, units: list[int], samples: float, times: int) -> float:
     """Tensor parallel's all-reduces: each row-wise layer's output in forward, as many input
     gradients in backward, `times` times (once per micro-batch) for `samples` samples each."""
     tp = config.dims.tp
@@ -189,52 +188,51 @@ def _tp_comm(probe: Probe, s: Scenario, config: Configuration, units: list[int],
                        for b in per_sample if b)
 
 
-def _data_parallel_comm(probe: Probe, s: Scenario, config: Configuration, held_bytes: float, grad_tensors: list[float],
+def _data_parallel_comm(probe: Probe, s: Scenario, config: ParallelConfig, held_bytes: float, grad_tensors: list[float],
                         units: int, largest_unit: float) -> float:
     """The data-parallel dimensions' communication for this process's share of the model:
     DDP's buckets over dp_replicate; FSDP's gathers and reduce-scatters over dp_shard, and
     (HSDP) the shards' all-reduce over dp_replicate."""
     dims = config.dims
     fp = probe.footprint
-    if config.data_parallel == "ddp":
-        group = s.group(dims.world_size // dims.pp)
-        return sum(f.ring_all_reduce_seconds(b, dims.dp_replicate, group.busbw(b), group.alpha_s)
-                   for b in f.ddp_buckets(grad_tensors))
-    if config.data_parallel != "fsdp":
+    if config.data_parallel == DDP:
+        group = s.group(dims.span(DP_REPLICATE))
+        return f.ddp_comm_seconds(grad_tensors, dims.dp_replicate, group.busbw, group.alpha_s)
+    if config.data_parallel != FSDP:
         return 0.0
     grad_bytes = held_bytes * fp.grad_bytes / max(1, fp.param_bytes)
-    shard = s.group(dims.dp_shard * dims.tp)
-    gathers = 1 if config.options.get("reshard_after_forward") is False else 2
-    comm = f.fsdp_comm_seconds(held_bytes, grad_bytes, dims.dp_shard, units, shard.busbw(largest_unit), shard.alpha_s,
+    shard = s.group(dims.span(DP_SHARD))
+    gathers = 1 if config.option("reshard_after_forward") is False else 2
+    comm = f.fsdp_comm_seconds(held_bytes, grad_bytes, dims.shards, units, shard.busbw(largest_unit), shard.alpha_s,
                                gathers, *shard.gather_scatter_ratios())
     if dims.dp_replicate > 1:
-        replicas = s.group(dims.world_size // dims.pp)
-        piece = grad_bytes / dims.dp_shard
+        replicas = s.group(dims.span(DP_REPLICATE))
+        piece = grad_bytes / dims.shards
         comm += f.ring_all_reduce_seconds(piece, dims.dp_replicate, replicas.busbw(piece), replicas.alpha_s)
     return comm
 
 
-#: Share of forward + backward that activation checkpointing computes again: forward is about a
-#: third of it; the operator-level policy recomputes only cheap operations.
-RECOMPUTED = {"full": 1 / 3, "selective": 0.1}
+#: Share of forward + backward that activation checkpointing computes again: the whole forward;
+#: the operator-level policy recomputes only cheap operations.
+RECOMPUTED = {"full": f.FORWARD_SHARE, "selective": 0.1}
 
 
-def recompute_seconds(config: Configuration, forward_backward_s: float) -> float:
+def recompute_seconds(config: ParallelConfig, forward_backward_s: float) -> float:
     """What activation checkpointing adds to a step: the checkpointed blocks' forward again."""
-    mode = config.options.get("activation_checkpointing", "none")
+    mode = config.option("activation_checkpointing", "none")
     if mode == "none":
         return 0.0
-    every = config.options.get("ac_every")
+    every = config.option("ac_every")
     share = RECOMPUTED["full"] / every if every else RECOMPUTED[mode]
     return share * forward_backward_s
 
 
-def _where_measured(probe: Probe, step: MeshStep) -> tuple[Options, Scenario]:
+def _where_measured(probe: Probe, step: MeshStep) -> tuple[Machine, Scenario]:
     """The options and scenario a probe job's measured step ran in: its processes, as many on
     each machine as it had (all on this one, or the hosts' slots across the network measured)."""
     per_node = step.nproc_per_node or step.world_size
-    here = Options(nproc_per_node=per_node, cores=probe.cores, link_gbps=0.0, link_latency_s=0.0,
-                   overlap=0.0 if probe.device_type != "cuda" else 1.0, microbatches=None, device_memory_bytes=math.inf)
+    here = Machine(nproc_per_node=per_node, cores=probe.cores, link_gbps=0.0, link_latency_s=0.0,
+                   overlap=0.0 if probe.device_type != "cuda" else 1.0, device_memory_bytes=math.inf)
     return here, scenario(step.world_size, here, probe.link, probe.device_type, probe.network)
 
 
@@ -276,7 +274,7 @@ def fsdp_network_seconds(probe: Probe) -> float:
     return beyond / gathered if gathered > 0 else 0.0
 
 
-def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machinery: bool = True) -> Optional[dict]:
+def _mesh(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig, machinery: bool = True) -> Optional[dict]:
     """Any configuration of the mesh (ddp, fsdp, tp, pipeline and their compositions), one dimension
     at a time: the pipeline's stages and bubble set the compute (each stage's measured
     blocks); tensor parallel shrinks each process's share of it and adds two all-reduces per
@@ -300,14 +298,14 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
     stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
     tp_share = _tp_share(fp, dims.tp, stage)
     held = fp.param_bytes * stage_fraction * tp_share
-    state_share = stage_fraction * tp_share / (dims.dp_shard if config.data_parallel == "fsdp" else 1)
+    state_share = stage_fraction * tp_share / (dims.shards if config.data_parallel == FSDP else 1)
     note = ""
     if config.pipelined:
         m = config.microbatches
         costs = stage_costs(probe, c, groups, m, per_process, [_tp_share(fp, dims.tp, [i]) for i in blocks],
                             s.threads)
         one = _one_transfer(probe, s, m, groups) if dims.pp > 1 else 0.0
-        if config.options.get("schedule", "1f1b") == "gpipe" or dims.pp == 1:
+        if config.option("schedule", "1f1b") == "gpipe" or dims.pp == 1:
             busy = costs.busy_seconds(m) - max(costs.optimizer_s)
             transfer = _activation_transfers(probe, s, dims.pp, m, max(costs.per_microbatch_s), groups)
         else:  # 1F1B: the stages around the slowest one overlap with it (StageCosts.one_f_one_b)
@@ -336,10 +334,10 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
     # took from the step there, for the bytes gathered across them; tensor parallel's DTensor
     # dispatch for every layer of the stage, however many ways each is split. (`machinery`
     # False: without the terms measured as a step's excess over this model.)
-    if config.data_parallel == "fsdp":
+    if config.data_parallel == FSDP:
         compute += probe.fsdp_overhead_s * stage_fraction * tp_share * s.oversubscription
-        if machinery and s.group(dims.dp_shard * dims.tp).nodes > 1:  # gathers across machines
-            compute += fsdp_network_seconds(probe) * held * (1 - 1 / dims.dp_shard) * s.oversubscription
+        if machinery and s.group(dims.span(DP_SHARD)).nodes > 1:  # gathers across machines
+            compute += fsdp_network_seconds(probe) * held * (1 - 1 / dims.shards) * s.oversubscription
     if dims.tp > 1 and machinery:
         compute += tp_machinery_seconds(probe) * stage_fraction * s.oversubscription
     grads = [b * stage_fraction * tp_share for b in fp.grad_tensor_bytes]
@@ -348,9 +346,9 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
     # DDP hides its buckets behind the part of backward after them; FSDP's prefetches hide
     # behind forward and backward alike; tensor parallel's all-reduces and the pipeline's
     # transfers are on the critical path.
-    hideable = (BACKWARD_SHARE if config.data_parallel == "ddp" else 1.0) * c.fb_s * tp_share
+    hideable = (f.BACKWARD_SHARE if config.data_parallel == DDP else 1.0) * c.fb_s * tp_share
     exposed_dp = f.exposed_seconds(dp_comm, hideable, o.overlap)
-    if config.data_parallel == "ddp" and o.overlap < 1 and s.nodes > 1 and s.link is not None:
+    if config.data_parallel == DDP and o.overlap < 1 and s.nodes > 1 and s.link is not None:
         # Across machines, of DDP's all-reduce only the cores' own part (what it takes on this
         # machine's link) needs the cores; the rest is the network's time, during which the
         # cores go on with the backward that the later buckets wait for.
@@ -360,7 +358,7 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
     cost = {"compute": compute, "comm": dp_comm + tp_comm + transfer, "exposed": exposed,
             "batch": per_process * dims.dp_size,
             "memory": _stage_peak(probe, config, groups)}
-    if config.data_parallel == "ddp" and dims.enabled() in ((), ("dp_replicate",)):
+    if config.data_parallel == DDP and dims.enabled() in ((), ("dp_replicate",)):
         measured = measured_ddp_exposed(probe, s)
         if measured is not None:
             cost["exposed"] = measured
@@ -371,7 +369,7 @@ def _mesh(probe: Probe, s: Scenario, o: Options, config: Configuration, machiner
     return cost
 
 
-def _stage_peak(probe: Probe, config: Configuration, groups: list[list[int]]) -> float:
+def _stage_peak(probe: Probe, config: ParallelConfig, groups: list[list[int]]) -> float:
     """The largest of the processes' peaks: each stage's share, its blocks, its place in the pipeline."""
     fp = probe.footprint
     peaks = []
@@ -383,12 +381,12 @@ def _stage_peak(probe: Probe, config: Configuration, groups: list[list[int]]) ->
     return max(peaks)
 
 
-def _classic(model: Callable[[Probe, Scenario, Options], Optional[dict]]):
+def _classic(model: Callable[[Probe, Scenario, Machine], Optional[dict]]):
     """A classic one-process cost model; its memory the process's peak (memory_model), except
     where a model split over GPUs puts a part on each device."""
-    def cost(probe: Probe, s: Scenario, o: Options, config: Configuration) -> Optional[dict]:
+    def cost(probe: Probe, s: Scenario, o: Machine, config: ParallelConfig) -> Optional[dict]:
         found = model(probe, s, o)
-        if found is not None and not (config.local_devices == "split" and probe.device_type == "cuda"):
+        if found is not None and not (config.local_devices == SPLIT and probe.device_type == "cuda"):
             found["memory"] = peak_bytes(probe, config)
         return found
     return cost
@@ -396,7 +394,7 @@ def _classic(model: Callable[[Probe, Scenario, Options], Optional[dict]]):
 
 #: The cost model of each strategy: the classic one-process ones of their own, every configuration of
 #: the mesh by its dimensions; strategies without one get no prediction.
-COST_MODELS: dict[str, Callable[[Probe, Scenario, Options, Configuration], Optional[dict]]] = {
+COST_MODELS: dict[str, Callable[[Probe, Scenario, Machine, ParallelConfig], Optional[dict]]] = {
     "single": _classic(_single), "dp": _classic(_dp), "mp": _classic(_mp), "ddp": _mesh,
-    "hybrid": _classic(_hybrid), "pipeline": _mesh, "fsdp": _mesh, "tp": _mesh,
+    "hybrid": _classic(_ddp_model_parallel), "pipeline": _mesh, "fsdp": _mesh, "tp": _mesh,
 }

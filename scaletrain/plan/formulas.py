@@ -7,6 +7,13 @@ bytes one after the other, an all-gather or a reduce-scatter (n-1) of them.
 
 from __future__ import annotations
 
+from typing import Callable, Union
+
+#: Share of a step's forward + backward that is the forward: backward computes about twice
+#: what forward does (a gradient for the input and one for the weights of each product).
+FORWARD_SHARE = 1 / 3
+#: ... and the backward's share, behind which DDP hides its all-reduce.
+BACKWARD_SHARE = 2 * FORWARD_SHARE
 
 #: DistributedDataParallel's bucket sizes: the first bucket (the last layers' gradients,
 #: ready first) is capped small so communication starts early; the others at 25 MiB.
@@ -43,9 +50,13 @@ def ddp_buckets(grad_tensor_bytes: list[int], first: int = DDP_FIRST_BUCKET_BYTE
     return buckets
 
 
-def ddp_comm_seconds(grad_tensor_bytes: list[int], n: int, busbw: float, alpha: float) -> float:
-    """The gradients all-reduced bucket by bucket: each bucket pays the ring's latency."""
-    return sum(ring_all_reduce_seconds(b, n, busbw, alpha) for b in ddp_buckets(grad_tensor_bytes))
+def ddp_comm_seconds(grad_tensor_bytes: list[float], n: int, busbw: Union[float, Callable[[float], float]],
+                     alpha: float) -> float:
+    """The gradients all-reduced bucket by bucket: each bucket pays the ring's latency, at the
+    bandwidth `busbw` (bytes/s, or a function of a message's size giving them: small messages
+    get less)."""
+    rate = busbw if callable(busbw) else (lambda nbytes: busbw)
+    return sum(ring_all_reduce_seconds(b, n, rate(b), alpha) for b in ddp_buckets(grad_tensor_bytes))
 
 
 def fsdp_comm_seconds(param_bytes: float, grad_bytes: float, n: int, units: int, busbw: float,
@@ -82,31 +93,6 @@ def pipeline_step_seconds(compute: float, stages: int, microbatches: int, transf
 def speedup(step_seconds: float, global_batch: int, baseline_step_seconds: float, baseline_batch: int) -> float:
     """Samples per second against the one-process baseline's samples per second."""
     return (global_batch / step_seconds) / (baseline_batch / baseline_step_seconds)
-
-
-def largest_stage_bytes(block_bytes: list[int], stages: int) -> int | None:
-    """Consecutive blocks cut into `stages` non-empty stages so that the largest stage is as
-    small as possible; returns that largest stage's bytes, or None when there are fewer
-    blocks than stages (a pipeline cannot have empty stages)."""
-    if stages < 1 or stages > len(block_bytes):
-        return None
-
-    def stages_needed(cap: int) -> int:
-        count, current = 1, 0
-        for size in block_bytes:
-            if current + size > cap:
-                count, current = count + 1, 0
-            current += size
-        return count
-
-    low, high = max(block_bytes), sum(block_bytes)
-    while low < high:  # the smallest cap that packs into `stages` groups (more groups only shrink it)
-        middle = (low + high) // 2
-        if stages_needed(middle) <= stages:
-            high = middle
-        else:
-            low = middle + 1
-    return low
 
 
 def memory_replicated(params: float, grads: float, optimizer: float, activations: float) -> float:

@@ -14,36 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import torch
 
-from .probe import DdpStep, Link, MeshStep, Probe, cores_here, device_memory_bytes, measure_link, probe_from_jobs
-from .scenario import Options, threads_needed
+from .machine import Machine
+from .probe import DdpStep, Link, MeshStep, Probe, measure_link, probe_from_jobs
+from .scenario import threads_needed
 
 PROBE_FILE = "probe.json"
 
 
-def default_options(device_type: str, nproc_per_node: Optional[int] = None, link_gbps: float = 10.0,
-                    link_latency_us: float = 20.0, overlap: Optional[float] = None, microbatches: Optional[int] = None,
-                    device_memory_gb: Optional[float] = None, devices_per_process: Optional[int] = None) -> Options:
-    cores = cores_here()
-    if nproc_per_node is None:
-        nproc_per_node = torch.cuda.device_count() if device_type == "cuda" else cores
-    if overlap is None:
-        # On a CPU the collective's copies and reductions need the cores the computation is
-        # using: nothing is hidden. A GPU computes while its copy engines and NCCL communicate.
-        overlap = 1.0 if device_type == "cuda" else 0.0
-    memory = device_memory_gb * 1e9 if device_memory_gb else device_memory_bytes(device_type, nproc_per_node)
-    return Options(nproc_per_node=nproc_per_node, cores=cores, link_gbps=link_gbps,
-                   link_latency_s=link_latency_us * 1e-6, overlap=overlap, microbatches=microbatches,
-                   device_memory_bytes=memory, devices_per_process=devices_per_process)
-
-
-def copies_per_thread_count(threads: list[int], options: Options, device_type: str) -> dict[int, int]:
+def copies_per_thread_count(threads: list[int], machine: Machine, device_type: str) -> dict[int, int]:
     """How many processes share a CPU machine when each has `t` threads: cores ÷ t (at most
     the processes per machine). On GPUs each process has its own device: one copy."""
     if device_type == "cuda":
         return {t: 1 for t in threads}
-    return {t: max(1, min(options.nproc_per_node, options.cores // t)) for t in threads}
+    return {t: max(1, min(machine.nproc_per_node, machine.cores // t)) for t in threads}
 
 
 @dataclass(frozen=True)
@@ -153,18 +137,18 @@ def network_sizes(jobs: dict) -> list[int]:
     return sorted(int(s) for s in sizes if s > 0)
 
 
-def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], options: Options, device_type: str,
+def probe_plan(workload_name: str, spec: dict, world_sizes: list[int], machine: Machine, device_type: str,
                link: Optional[Link] = None, hosts=None) -> ProbeJobs:
     """What each round measures for predictions at `world_sizes`; across `hosts` (measure.jobs.
     Hosts) the network between them too, and this machine's all-reduce on as many processes
     as a host holds (2 at least: the cores' own part of a collective across machines)."""
-    threads = threads_needed(world_sizes, options, device_type)
+    threads = threads_needed(world_sizes, machine, device_type)
     several = max(world_sizes) > 1
-    copies = copies_per_thread_count(threads, options, device_type)
+    copies = copies_per_thread_count(threads, machine, device_type)
     # Where every job has one process (a machine of one core) but several will share it, a
     # job of its own times tensor parallel across them.
-    crowded = device_type != "cuda" and max(copies.values()) == 1 and min(max(world_sizes), options.nproc_per_node) > 1
-    return ProbeJobs(workload_name, spec, copies, device_type, options.cores, link,
+    crowded = device_type != "cuda" and max(copies.values()) == 1 and min(max(world_sizes), machine.nproc_per_node) > 1
+    return ProbeJobs(workload_name, spec, copies, device_type, machine.cores, link,
                      link_nproc=max(2, hosts.slots) if hosts else 2, needs_link=several,
                      hosts=hosts if several else None,
-                     tp_copies=min(max(world_sizes), options.nproc_per_node) if crowded else 0)
+                     tp_copies=min(max(world_sizes), machine.nproc_per_node) if crowded else 0)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .configuration import Configuration
+from ..parallel.config import DDP, FSDP, ParallelConfig
+from ..parallel.dims import ParallelDims
 from .probe import Probe
 
 #: A checkpointed block's backward: its activations computed again, and their gradients
@@ -28,7 +29,7 @@ RECOMPUTE_HEIGHT = 1.2
 FSDP_GATHERED_BLOCKS = 2.5
 
 
-def activation_bytes(probe: Probe, config: Configuration, units: list[int], share: float, samples: float,
+def activation_bytes(probe: Probe, config: ParallelConfig, units: list[int], share: float, samples: float,
                      microbatch: Optional[float] = None) -> float:
     """What forward keeps for backward of `samples` samples in these units (a stage), under
     the configuration's activation checkpointing, plus (checkpointing) the one block of one
@@ -38,11 +39,11 @@ def activation_bytes(probe: Probe, config: Configuration, units: list[int], shar
     per_unit = fp.block_activation_bytes_per_sample or ()
     whole = fp.activation_bytes_per_sample
     mine = sum(per_unit[i] for i in units) if len(per_unit) == len(fp.block_param_bytes) else whole
-    mode = config.options.get("activation_checkpointing", "none")
+    mode = config.option("activation_checkpointing", "none")
     kept = fp.checkpointed_activation_bytes_per_sample.get(mode) if mode != "none" else None
     if kept is None:
         return mine * samples * share
-    every = config.options.get("ac_every")
+    every = config.option("ac_every")
     if every:  # every k-th block whole-checkpointed: that share of the blocks' savings
         kept = whole - (whole - fp.checkpointed_activation_bytes_per_sample.get("full", whole)) / every
     fraction = mine / whole if whole else 1.0
@@ -54,20 +55,20 @@ def activation_bytes(probe: Probe, config: Configuration, units: list[int], shar
     return (kept * fraction * samples + recomputed * (samples if microbatch is None else microbatch)) * share
 
 
-def in_use(probe: Probe, config: Configuration, units: list[int], stage_fraction: float, tp_share: float,
+def in_use(probe: Probe, config: ParallelConfig, units: list[int], stage_fraction: float, tp_share: float,
            largest_unit: float, stage: int = 0) -> dict[str, float]:
     """The parts of a process's peak, in bytes (before the allocator's slack); `stage`: which
     pipeline stage these units are (its place decides the micro-batches it keeps)."""
     fp = probe.footprint
     dims = config.dims
     held = stage_fraction * tp_share
-    shards = dims.dp_shard if config.data_parallel == "fsdp" else 1
+    shards = dims.shards if config.data_parallel == FSDP else 1
     batch = probe.batch_size
     if config.pipelined:
         m = config.microbatches
         # GPipe keeps every micro-batch's activations until backward; 1F1B keeps at most as many
         # as there are stages from this one to the last (the last stage goes straight to backward).
-        in_flight = m if config.options.get("schedule") == "gpipe" else min(dims.pp - stage, m)
+        in_flight = m if config.option("schedule") == "gpipe" else min(dims.pp - stage, m)
         samples, microbatch = batch / m * in_flight, batch / m
     else:
         samples = microbatch = batch
@@ -85,7 +86,7 @@ def in_use(probe: Probe, config: Configuration, units: list[int], stage_fraction
     return parts
 
 
-def transient_bytes(probe: Probe, config: Configuration, held: float, largest_unit: float,
+def transient_bytes(probe: Probe, config: ParallelConfig, held: float, largest_unit: float,
                     largest_tensor: float) -> float:
     """DDP: a gradient computed before it is copied into its bucket (Gloo's ring works in the
     bucket and a few small buffers: a DDP process of two peaked 4 MB above one of one on the
@@ -94,15 +95,15 @@ def transient_bytes(probe: Probe, config: Configuration, held: float, largest_un
     from the reduce-scatter; with reshard_after_forward false (or N) the blocks also stay
     gathered (N ways) from forward to backward."""
     fp = probe.footprint
-    if config.data_parallel == "ddp":
+    if config.data_parallel == DDP:
         return float(largest_tensor)
-    if config.data_parallel != "fsdp":
+    if config.data_parallel != FSDP:
         return float(largest_tensor) if config.pipelined and config.microbatches > 1 else 0.0
-    shards = config.dims.dp_shard
+    shards = config.dims.shards
     gathered = FSDP_GATHERED_BLOCKS * largest_unit
     if config.pipelined and config.microbatches > 1:
         gathered += largest_tensor / shards
-    reshard = config.options.get("reshard_after_forward", True)
+    reshard = config.option("reshard_after_forward", True)
     if reshard is False:
         gathered += fp.param_bytes * held * (1 - 1 / shards)
     elif isinstance(reshard, int) and not isinstance(reshard, bool) and reshard > 1:
@@ -110,10 +111,8 @@ def transient_bytes(probe: Probe, config: Configuration, held: float, largest_un
     return gathered
 
 
-def _own_configuration() -> Configuration:
-    from ..parallel.dims import ParallelDims
-
-    return Configuration("ddp", 1, ParallelDims(), "ddp", False, None, 1, {})
+#: What the probe's own training job ran: one DDP process with the whole model.
+_PROBES_OWN = ParallelConfig("ddp", None, ParallelDims(), DDP)
 
 
 def slack(probe: Probe) -> float:
@@ -125,11 +124,11 @@ def slack(probe: Probe) -> float:
         return 0.0
     fp = probe.footprint
     units = list(range(len(fp.block_param_bytes)))
-    parts = in_use(probe, _own_configuration(), units, 1.0, 1.0, max(fp.block_param_bytes, default=0))
+    parts = in_use(probe, _PROBES_OWN, units, 1.0, 1.0, max(fp.block_param_bytes, default=0))
     return max(0.0, probe.memory_peak_bytes - sum(parts.values()))
 
 
-def peak_bytes(probe: Probe, config: Configuration, units: Optional[list[int]] = None, stage_fraction: float = 1.0,
+def peak_bytes(probe: Probe, config: ParallelConfig, units: Optional[list[int]] = None, stage_fraction: float = 1.0,
                tp_share: float = 1.0, largest_unit: Optional[float] = None, stage: int = 0) -> float:
     fp = probe.footprint
     units = list(range(len(fp.block_param_bytes))) if units is None else units

@@ -9,9 +9,10 @@ from typing import Optional
 
 from . import formulas as f
 from .cost_models import COST_MODELS
-from .configuration import configuration
+from .configuration import configuration, options_for
+from .machine import Machine
 from .probe import Probe
-from .scenario import Options, baseline_step, scenario
+from .scenario import baseline_step, scenario
 
 
 @dataclass
@@ -40,28 +41,29 @@ class Prediction:
         return asdict(self)
 
 
-def predict(probe: Probe, strategy: str, n: int, options: Options,
+def predict(probe: Probe, strategy: str, n: int, machine: Machine,
             strategy_options: Optional[dict] = None) -> Optional[Prediction]:
     """The prediction for `strategy` (with `strategy_options`: degrees, micro-batches, ...) on
     `n` processes, or None where it cannot run or has no cost model."""
     model = COST_MODELS.get(strategy)
-    shape = configuration(strategy, n, strategy_options, options.microbatches) if model is not None else None
+    given = options_for(strategy, strategy_options or {}) if model is not None else {}
+    shape = configuration(strategy, n, given) if model is not None else None
     if shape is None:
         return None
-    s = scenario(n, options, probe.link, probe.device_type, probe.network)
-    cost = model(probe, s, options, shape)
+    s = scenario(n, machine, probe.link, probe.device_type, probe.network)
+    cost = model(probe, s, machine, shape)
     if cost is None:
         return None
     step = cost["compute"] + cost["exposed"]
-    gain = f.speedup(step, cost["batch"], baseline_step(probe, options), probe.batch_size)
+    gain = f.speedup(step, cost["batch"], baseline_step(probe, machine), probe.batch_size)
     return Prediction(strategy=strategy, world_size=n, nodes=s.nodes, threads=s.threads, global_batch=cost["batch"],
                       compute_s=cost["compute"], comm_s=cost["comm"], exposed_comm_s=cost["exposed"], step_s=step,
                       samples_per_s=cost["batch"] / step, speedup=gain, efficiency=gain / n,
-                      memory_bytes=cost["memory"], fits=cost["memory"] <= options.device_memory_bytes,
-                      note=cost.get("note", ""), mesh=shape.dims.describe(), options=dict(shape.options))
+                      memory_bytes=cost["memory"], fits=cost["memory"] <= machine.device_memory_bytes,
+                      note=cost.get("note", ""), mesh=shape.dims.describe(), options=given)
 
 
-def predict_all(probe: Probe, strategies: list[str], world_sizes: list[int], options: Options,
+def predict_all(probe: Probe, strategies: list[str], world_sizes: list[int], machine: Machine,
                 strategy_options: Optional[dict] = None) -> list[Prediction]:
     return [p for name in strategies for n in world_sizes
-            if (p := predict(probe, name, n, options, strategy_options)) is not None]
+            if (p := predict(probe, name, n, machine, strategy_options)) is not None]

@@ -7,11 +7,12 @@ from rich.table import Table
 
 from ..measure.console import table_console
 from ..measure.spread import Spread
+from .configuration import configuration
 from .cost_models import fsdp_network_seconds, tp_machinery_seconds
 from .predict import Prediction
 from .summary import key
 from .probe import Probe
-from .scenario import Options
+from .machine import Machine
 from .verdict import gb
 
 
@@ -21,7 +22,7 @@ def interval_text(s: Spread | None, unit: str = "×") -> str:
     return f"{s.low:.2f}–{s.high:.2f}{unit}"
 
 
-def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> list[str]:
+def measured_lines(probe: Probe, machine: Machine, steps: dict, rounds: int) -> list[str]:
     fp = probe.footprint
     parts = []
     for t, c in sorted(probe.compute.items(), reverse=True):
@@ -69,10 +70,10 @@ def measured_lines(probe: Probe, options: Options, steps: dict, rounds: int) -> 
     network = probe.network.fitted() if probe.network is not None else None
     between = (f"between machines (measured: {network.source}) {network.busbw * 8 / 1e9:.2f} Gbit/s bus bandwidth, "
                f"{network.alpha_s * 1e6:.0f} µs per ring step{_beyond_a_ring(network)}" if network is not None else
-               f"between machines {options.link_gbps:g} Gbit/s, {options.link_latency_s * 1e6:.0f} µs "
+               f"between machines {machine.link_gbps:g} Gbit/s, {machine.link_latency_s * 1e6:.0f} µs "
                "(--link-gbps, --link-latency-us)")
-    lines.append(f"machines like this one: {options.nproc_per_node} process(es) each on {options.cores} core(s); "
-                 f"{between}; overlap {options.overlap:g}")
+    lines.append(f"machines like this one: {machine.nproc_per_node} process(es) each on {machine.cores} core(s); "
+                 f"{between}; overlap {machine.overlap:g}")
     return lines
 
 
@@ -83,19 +84,23 @@ def prediction_table(predictions: list[Prediction], spreads: dict, title: str = 
         table.add_column(column, justify="left" if column == "strategy" else "right")
     for p in predictions:
         spread = spreads.get(key(p))
-        table.add_row(p.strategy + (f" ({p.mesh})" if p.mesh not in ("1 process", f"dp_replicate {p.world_size}",
-                                                                      f"dp_shard {p.world_size}", f"pp {p.world_size}")
-                                    else ""), str(p.world_size), str(p.nodes), str(p.threads), f"{p.step_s * 1e3:.1f}",
+        table.add_row(p.strategy + (f" ({p.mesh})" if _composed(p) else ""), str(p.world_size), str(p.nodes), str(p.threads), f"{p.step_s * 1e3:.1f}",
                       f"{p.exposed_comm_s * 1e3:.1f}", f"{p.samples_per_s:,.0f}", f"{p.speedup:.2f}×",
                       interval_text(spread), f"{p.efficiency:.0%}", gb(p.memory_bytes), "yes" if p.fits else "NO")
     return table
 
 
-def print_plan(probe: Probe, options: Options, predictions: list[Prediction], spreads: dict, steps: dict,
+def _composed(p: Prediction) -> bool:
+    """Whether the mesh says more than the number of processes (see ParallelDims.composed)."""
+    config = configuration(p.strategy, p.world_size, p.options)
+    return config is not None and config.dims.composed
+
+
+def print_plan(probe: Probe, machine: Machine, predictions: list[Prediction], spreads: dict, steps: dict,
                rounds: int, conclusions: list[str]) -> None:
     console = table_console()
     console.print(f"plan for {probe.workload} on {probe.device_type}")
-    for line in measured_lines(probe, options, steps, rounds):
+    for line in measured_lines(probe, machine, steps, rounds):
         console.print(f"  measured: {line}", soft_wrap=True)
     console.print(prediction_table(predictions, spreads))
     notes = [f"  {p.strategy} ×{p.world_size}: {p.note}" for p in predictions if p.note]

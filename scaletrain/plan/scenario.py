@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from .machine import Machine
 from .probe import Compute, Link, Probe
 
 
@@ -58,43 +59,29 @@ class Scenario:
         return min(measured, self.network_busbw) if self.network_busbw else measured
 
 
-@dataclass(frozen=True)
-class Options:
-    nproc_per_node: int
-    cores: int
-    link_gbps: float
-    link_latency_s: float
-    overlap: float
-    microbatches: Optional[int]
-    """A pipeline's micro-batches where the configuration does not say (None: the strategy's default)."""
-    device_memory_bytes: float
-    devices_per_process: Optional[int] = None
-    """Devices a dp, mp or hybrid process drives (None: the GPUs visible, or the CPU's one)."""
-
-
-def threads_needed(world_sizes: list[int], options: Options, device_type: str) -> list[int]:
+def threads_needed(world_sizes: list[int], machine: Machine, device_type: str) -> list[int]:
     """The thread counts whose step time the predictions need, largest first."""
     if device_type == "cuda":
-        return [max(1, options.cores // max(1, options.nproc_per_node))]
-    return sorted({max(1, options.cores // min(n, options.nproc_per_node)) for n in [1, *world_sizes]},
+        return [max(1, machine.cores // max(1, machine.nproc_per_node))]
+    return sorted({max(1, machine.cores // min(n, machine.nproc_per_node)) for n in [1, *world_sizes]},
                   reverse=True)
 
 
-def scenario(n: int, options: Options, link: Optional[Link], device_type: str,
+def scenario(n: int, machine: Machine, link: Optional[Link], device_type: str,
              network: Optional[Link] = None) -> Scenario:
-    """Where `n` processes run: `nproc_per_node` on each machine like this one. Across
+    """Where `n` processes run: `nproc_per_node` on each `machine`. Across
     machines the ring is as slow as the slower of this machine's link and the network: the
     `network` measured between the hosts where there is one, else the nominal --link-gbps and
     --link-latency-us."""
-    per_node = min(n, options.nproc_per_node)
+    per_node = min(n, machine.nproc_per_node)
     nodes = math.ceil(n / per_node)
-    threads = max(1, options.cores // (options.nproc_per_node if device_type == "cuda" else per_node))
+    threads = max(1, machine.cores // (machine.nproc_per_node if device_type == "cuda" else per_node))
     alpha = link.alpha_s if link else 0.0
     nominal = None
     if nodes > 1:
-        nominal = options.link_gbps * 1e9 / 8
-        alpha = max(alpha, network.alpha_s if network else options.link_latency_s)
-    crowded = per_node / options.cores if device_type != "cuda" and per_node > options.cores else 1.0
+        nominal = machine.link_gbps * 1e9 / 8
+        alpha = max(alpha, network.alpha_s if network else machine.link_latency_s)
+    crowded = per_node / machine.cores if device_type != "cuda" and per_node > machine.cores else 1.0
     return Scenario(n, per_node, nodes, threads, alpha, link, nominal, crowded,
                     network.fitted() if network is not None and nodes > 1 else None)
 
@@ -108,10 +95,10 @@ def compute_at(probe: Probe, threads: int, oversubscription: float = 1.0) -> Com
     return Compute(c.step_s * k, c.data_s * k, c.fb_s * k, c.optimizer_s * k, c.copies)
 
 
-def one_process_threads(probe: Probe, options: Options) -> int:
-    return options.cores if probe.device_type != "cuda" else max(probe.compute)
+def one_process_threads(probe: Probe, machine: Machine) -> int:
+    return machine.cores if probe.device_type != "cuda" else max(probe.compute)
 
 
-def baseline_step(probe: Probe, options: Options) -> float:
+def baseline_step(probe: Probe, machine: Machine) -> float:
     """One process with every core: the step every speedup is measured against."""
-    return compute_at(probe, one_process_threads(probe, options)).step_s
+    return compute_at(probe, one_process_threads(probe, machine)).step_s

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..parallel.splitting import balanced_cuts
+from .formulas import FORWARD_SHARE
 from .probe import Compute, Probe
 from .schedule_sim import one_f_one_b_seconds
 
@@ -25,10 +26,6 @@ def stage_groups(block_params: tuple, stages: int) -> Optional[list[list[int]]]:
     starts = balanced_cuts([count + 1 for count in block_params], stages)
     ends = [*starts[1:], len(block_params)]
     return [list(range(a, b)) for a, b in zip(starts, ends)]
-
-
-#: Share of a micro-batch's forward + backward that is the forward (backward is about twice it).
-FORWARD_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)

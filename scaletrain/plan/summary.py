@@ -9,6 +9,7 @@ from dataclasses import fields, replace
 from typing import Optional
 
 from ..measure.spread import Spread, ratio_spread
+from ..parallel.dims import MESH_DIMS
 from .predict import Prediction
 from .probe import Compute, Link, Probe
 
@@ -19,7 +20,7 @@ _MEDIAN_FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "step_s", "samples_pe
 def key(p: Prediction) -> tuple:
     """(strategy, world size), and the mesh's dimensions where degrees were given: one
     strategy on one world size may then be several configurations."""
-    given = any(p.options.get(name) is not None for name in ("tp", "dp_replicate", "dp_shard", "pp"))
+    given = any(p.options.get(name) is not None for name in MESH_DIMS)
     return (p.strategy, p.world_size, p.mesh) if given else (p.strategy, p.world_size)
 
 

@@ -39,7 +39,7 @@ def implausible(p: Prediction, probe=None) -> Optional[str]:
                 "its processes share one machine's cores, so the measurements behind it were disturbed")
     cpu = probe is None or getattr(probe, "device_type", "cpu") != "cuda"
     # Every one-process configuration on a CPU does the same arithmetic on the same cores as
-    # the reference: a split model, a one-stage pipeline, hybrid's one replica alike.
+    # the reference: a split model, a one-stage pipeline, DDP + model parallel's one replica alike.
     if cpu and p.world_size == 1 and p.speedup > MAX_ONE_PROCESS_ON_ONE_CPU:
         return (f"{p.strategy} at {p.speedup:.2f}× one process on one CPU: the same arithmetic on the same cores cannot "
                 "be that much faster, so the measurements behind it were disturbed")
@@ -93,10 +93,11 @@ def verdicts(predictions: list[Prediction], device_memory_bytes: float,
     return lines
 
 
-def fit_advice(probe, predictions: list[Prediction], options, strategy_options: Optional[dict] = None) -> list[str]:
+def fit_advice(probe, predictions: list[Prediction], machine, strategy_options: Optional[dict] = None) -> list[str]:
     """For each configuration that does not fit, the cheapest change that makes it fit:
     activation checkpointing (a second forward of each block), else — on GPUs — FSDP's CPU
     offload; more shards are said by `verdicts`."""
+    from .configuration import takes
     from .predict import predict
 
     lines = []
@@ -104,16 +105,16 @@ def fit_advice(probe, predictions: list[Prediction], options, strategy_options: 
         if p.fits:
             continue
         base = {**(strategy_options or {}), **p.options}
-        ac = predict(probe, p.strategy, p.world_size, options, {**base, "activation_checkpointing": "full"})
+        ac = predict(probe, p.strategy, p.world_size, machine, {**base, "activation_checkpointing": "full"})
         if ac is not None and ac.fits:
             lines.append(f"  {p.strategy} ×{p.world_size} fits with --activation-checkpointing full: "
                          f"{gb(ac.memory_bytes)} per device instead of {gb(p.memory_bytes)}, {ac.speedup:.2f}× "
                          f"instead of {p.speedup:.2f}×.")
             continue
-        if probe.device_type == "cuda" and p.strategy in ("fsdp", "tp", "pipeline"):
+        if probe.device_type == "cuda" and takes(p.strategy, "offload"):
             fp = probe.footprint
             states = (fp.param_bytes + fp.grad_bytes + fp.optimizer_bytes) / max(1, p.world_size)
-            if p.memory_bytes - states <= options.device_memory_bytes:
+            if p.memory_bytes - states <= machine.device_memory_bytes:
                 lines.append(f"  {p.strategy} ×{p.world_size} fits with --offload (its state in CPU memory): about "
                              f"{gb(p.memory_bytes - states)} per device.")
     return lines

@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError, arg
+from ..options import canonical
 from ..parallel import Prepared
+from ..parallel.dims import MESH_DIMS, PP, TP
 from .auto import AutoStrategy
 from .base import CommonOptions, MeshOptions, Strategy
 from .ddp import DDPStrategy
 from .dp import DataParallelStrategy
 from .fsdp import FSDPStrategy
-from .hybrid import HybridStrategy
+from .ddp_mp import DDPModelParallelStrategy
 from .mp import ModelParallelStrategy
 from .pipeline import PipelineStrategy
 from .single import SingleStrategy
@@ -27,7 +29,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (SingleStrategy, DataParallelStrategy, ModelParallelStrategy, DDPStrategy, HybridStrategy,
+for _cls in (SingleStrategy, DataParallelStrategy, ModelParallelStrategy, DDPStrategy, DDPModelParallelStrategy,
              PipelineStrategy, FSDPStrategy, TensorParallelStrategy, AutoStrategy):
     register(_cls)
 
@@ -47,17 +49,24 @@ def get_strategy(name: str | Strategy, **options: Any) -> Strategy:
     return REGISTRY[name](**options)
 
 
+def baseline_strategy() -> str:
+    """The one-process, one-device reference's name."""
+    return next(name for name, cls in REGISTRY.items() if cls.baseline)
+
+
 def implied_strategy(options: dict[str, Any]) -> str:
     """The strategy a command line means when it gives degrees but no strategy: pipeline
-    with --pp, fsdp with --dp-shard or --dp-replicate, tp with --tp alone; else ddp."""
-    if options.get("pp") is not None or options.get("pipeline_stages") is not None:
-        return "pipeline"
-    if options.get("dp_shard") is not None or options.get("dp_replicate") is not None:
-        return "fsdp"
-    if options.get("tp") is not None:
-        return "tp"
-    return "ddp"
+    with --pp, tp with --tp alone, fsdp with any other degree of the mesh; else ddp."""
+    given = {name for name, value in canonical(PipelineStrategy.Options, options).items() if value is not None}
+    degrees = given & {name for name in MESH_DIMS}
+    if PP in degrees:
+        return PipelineStrategy.name
+    if degrees - {TP}:
+        return FSDPStrategy.name
+    if degrees:
+        return TensorParallelStrategy.name
+    return DDPStrategy.name
 
 
-__all__ = ["REGISTRY", "implied_strategy", "Strategy", "Prepared", "CommonOptions", "MeshOptions", "get_strategy", "strategy_names",
+__all__ = ["REGISTRY", "baseline_strategy", "implied_strategy", "Strategy", "Prepared", "CommonOptions", "MeshOptions", "get_strategy", "strategy_names",
            "register"]

@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from ..parallel.dims import ParallelDims
+from ..parallel.config import DDP, FSDP
+from ..parallel.dims import DP_REPLICATE, DP_SHARD, ParallelDims, resolve_dims
 from .base import CommonOptions, Strategy
 
 #: Bytes of training state per fp32 parameter with Adam: the parameter, its gradient, two moments.
@@ -37,36 +38,33 @@ def process_memory_bytes(device: torch.device, nproc_per_node: int) -> float:
 
 
 def data_parallel_for(state_bytes: float, room_bytes: float, world_size: int) -> str:
-    """ddp where every process can hold the whole training state, fsdp where it cannot (and
+    """DDP where every process can hold the whole training state, FSDP where it cannot (and
     there are processes to share it)."""
-    return "ddp" if state_bytes <= room_bytes or world_size == 1 else "fsdp"
+    return DDP if state_bytes <= room_bytes or world_size == 1 else FSDP
 
 
 class AutoStrategy(Strategy):
     name = "auto"
     help = "ddp where the training state fits a process, else fsdp (library); measured choice (train)"
     Options = AutoOptions
-    data_parallel_kind = "ddp"
+    data_parallel_kind = DDP
+    measured_choice = True
+    plannable = False
     chosen: Optional[str] = None
 
     def dims(self, world_size, local_world_size=1):
-        from ..parallel.dims import resolve_dims
-
-        if self.chosen == "fsdp":
-            return resolve_dims(world_size, {}, "dp_shard")
-        return resolve_dims(world_size, {}, "dp_replicate")
+        return resolve_dims(world_size, {}, DP_SHARD if self.chosen == FSDP else DP_REPLICATE)
 
     def data_parallel(self, dims: ParallelDims):
-        return self.chosen or "ddp"
+        return self.chosen or DDP
 
     def setup(self, topology, model, optimizer, meta_rng=None, init_fn=None):
         states = STATE_BYTES_PER_PARAMETER * sum(p.numel() for p in model.parameters())
         room = STATE_SHARE * process_memory_bytes(topology.ctx.device, topology.ctx.local_world_size)
         self.chosen = data_parallel_for(states, room, topology.ctx.world_size)
-        topology.dims = self.dims(topology.ctx.world_size)
-        topology.coords = topology.dims.coordinates(topology.ctx.rank)
+        topology.reshape(self.dims(topology.ctx.world_size))
         prepared = super().setup(topology, model, optimizer, meta_rng, init_fn)
         prepared.banner.insert(0, f"auto: {self.chosen}: the training state ({states / 1e6:,.0f} MB with Adam) "
-                                  f"{'fits' if self.chosen == 'ddp' else 'does not fit'} half a process's memory "
+                                  f"{'fits' if self.chosen == DDP else 'does not fit'} half a process's memory "
                                   f"({room * 2 / 1e6:,.0f} MB)")
         return prepared

@@ -9,14 +9,16 @@ which takes a model built on the meta device), the facts for the run's summary. 
 returns a `Prepared` model (scaletrain.parallel.prepared).
 
 Strategies see a `Topology` (rank, sizes, device, backend, the mesh), never the library's
-`Run`. The registry in `scaletrain.strategies` maps names to strategy classes; nothing else
-switches on a strategy's name.
+`Run`. What a strategy fills in for a number of processes is a `ParallelConfig` (pure: the
+mesh's degrees, the data-parallel kind, the pipeline, the local devices, the options), the
+same value the planner predicts. The registry in `scaletrain.strategies` maps names to
+strategy classes; nothing else switches on a strategy's name.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Optional
 
 import torch
@@ -24,15 +26,12 @@ from torch import nn
 
 from ..context import ProcessContext
 from ..errors import UsageError, arg
-from ..options import build, check_choice, check_count, declared, option
+from ..options import build, check_choice, check_count, declared, option, spellings
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
-from ..parallel.dims import MESH_DIMS, ParallelDims, resolve_dims
+from ..parallel.dims import BY_NAME, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
 from ..precision import PRECISIONS
 from ..parallel.checkpointing import MODES as AC_MODES
 from ..values import factory_name, positive_int, reshard_value
-
-#: Degree options, as the strategies that take them name them.
-DEGREES = ("pp", "dp_replicate", "dp_shard", "tp")
 
 
 @dataclass(frozen=True)
@@ -64,20 +63,19 @@ class CommonOptions:
                                  f"{arg('activation_checkpointing', 'selective')}; give that too, or drop it")
 
 
-TP_HELP = ("tensor-parallel degree: each layer's matrices split N ways, by the model's own plan (stdlib-gpt; "
-           "Hugging Face models that declare one, such as Llama) or by --parallelize")
-DP_REPLICATE_HELP = "data-parallel replicas, each holding the whole model (or, with dp_shard, a group of shards)"
-DP_SHARD_HELP = "data-parallel shards: each process holds 1/S of parameters, gradients and optimizer state"
+def degree(name: str, **kwargs) -> Any:
+    """The option that gives the degree of mesh dimension `name` (its help from dims.MESH)."""
+    return option(None, BY_NAME[name].help, metavar=BY_NAME[name].metavar, parse=positive_int, **kwargs)
 
 
 @dataclass(frozen=True)
 class MeshOptions(CommonOptions):
-    """The degrees of the mesh a composable strategy takes; the one its preset fills takes
-    the processes the others leave."""
+    """The degrees of the mesh a composable strategy takes (every dimension of dims.MESH that
+    composes); the one its preset fills takes the processes the others leave."""
 
-    tp: Optional[int] = option(None, TP_HELP, metavar="N", parse=positive_int)
-    dp_replicate: Optional[int] = option(None, DP_REPLICATE_HELP, metavar="R", parse=positive_int)
-    dp_shard: Optional[int] = option(None, DP_SHARD_HELP, metavar="S", parse=positive_int)
+    tp: Optional[int] = degree(TP)
+    dp_replicate: Optional[int] = degree(DP_REPLICATE)
+    dp_shard: Optional[int] = degree(DP_SHARD)
     reshard_after_forward: Optional[Any] = option(
         None, "FSDP after each block's forward: true frees the gathered parameters (ZeRO-3, least memory), false "
               "keeps them for backward (ZeRO-2: one all-gather less per block), N keeps them sharded N ways "
@@ -91,8 +89,8 @@ class MeshOptions(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("tp", "dp_replicate", "dp_shard"):
-            if getattr(self, name) is not None:
+        for name in MESH_DIMS:
+            if getattr(self, name, None) is not None:
                 check_count(name, getattr(self, name), 1, "a whole number of processes")
         if self.reshard_after_forward is not None:
             try:
@@ -114,25 +112,35 @@ class Strategy:
     #: False for strategies that must run as exactly one process (single, dp, mp).
     multi_process: ClassVar[bool] = True
     #: The dimension that takes the processes the given degrees leave.
-    fill: ClassVar[Optional[str]] = "dp_replicate"
-    #: How the data-parallel dimensions synchronise: "ddp", "fsdp", or None.
+    fill: ClassVar[Optional[str]] = DP_REPLICATE
+    #: How the data-parallel dimensions synchronise: DDP, FSDP (parallel.config), or None.
     data_parallel_kind: ClassVar[Optional[str]] = None
-    #: How one process drives several devices: "split" (mp, hybrid), "replicate" (dp), or None.
+    #: How one process drives several devices: SPLIT (mp, DDP + model parallel), REPLICATE (dp), or None.
     local_devices: ClassVar[Optional[str]] = None
     #: Whether the model runs as pipeline stages.
     pipelined: ClassVar[bool] = False
     #: A degree given to a strategy that does not take it: the strategy to use instead.
     instead: ClassVar[dict] = {}
+    #: The one-process, one-device reference every speedup is measured against.
+    baseline: ClassVar[bool] = False
+    #: The command line chooses this strategy's configuration by measuring, before any rank
+    #: starts (`train --strategy auto`), and trains the choice instead.
+    measured_choice: ClassVar[bool] = False
+    #: Its configuration is known before the model is (False: decided at setup), so it can be planned.
+    plannable: ClassVar[bool] = True
 
     def __init__(self, options: Optional[CommonOptions] = None, **values: Any):
+        #: The degrees given by another name (a pipeline's pipeline_stages is its pp): messages use it.
+        self.labels: dict[str, str] = {}
         if options is None:
             self._refuse_degrees(values)
+            self.labels = spellings(self.Options, values)
             options = build(self.Options, arg("strategy", self.name), values)
         self.options = options
 
     def _refuse_degrees(self, values: dict) -> None:
         takes = {f.name for f in declared(self.Options)}
-        for name in DEGREES:
+        for name in MESH_DIMS:
             if values.get(name) is not None and name not in takes:
                 hint = self.instead.get(name, f"{arg('strategy', 'fsdp')}, tp or pipeline")
                 raise UsageError(f"{arg(name, values[name])} does not apply to {arg('strategy', self.name)}; "
@@ -145,10 +153,6 @@ class Strategy:
     @property
     def grad_accum(self) -> int:
         return self.options.grad_accum
-
-    def option_values(self) -> dict:
-        """Every option with its value (defaults included): for summaries and configurations."""
-        return {k: v for k, v in asdict(self.options).items() if not callable(v)}
 
     # -- the topology, from the options and the world size ------------------------------------
     def given_degrees(self) -> dict[str, Optional[int]]:
@@ -168,7 +172,7 @@ class Strategy:
 
     def degree_labels(self) -> dict[str, str]:
         """Degrees the user named otherwise (a pipeline's `pipeline_stages` is its `pp`)."""
-        return {}
+        return self.labels
 
     def fill_for(self, given: dict[str, Optional[int]]) -> Optional[str]:
         """The dimension that takes the processes the `given` degrees leave."""
@@ -185,9 +189,9 @@ class Strategy:
             raise UsageError(f"{arg('parallelize')} is a tensor-parallel plan, but this run has no tensor parallel "
                              f"(tp 1): give {arg('tp', 2)} or more, or leave {arg('parallelize')} out")
         reshard = getattr(self.options, "reshard_after_forward", None)
-        if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.dp_shard % reshard:
+        if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.shards % reshard:
             raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
-                             f"after forward, which must divide dp_shard ({dims.dp_shard}); use a divisor of it, or "
+                             f"after forward, which must divide dp_shard ({dims.shards}); use a divisor of it, or "
                              f"true or false")
 
     def check_model(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
@@ -227,17 +231,25 @@ class Strategy:
         drops an epoch's last, incomplete batch): a pipeline's equal micro-batches."""
         return self.pipelined
 
-    # -- the run ----------------------------------------------------------------------------
+    # -- the configuration, and the run ------------------------------------------------------
+    def microbatches(self, world_size: int) -> int:
+        """Micro-batches a batch is cut into on `world_size` processes."""
+        return getattr(self.options, "microbatches", None) or 1
+
+    def configuration(self, world_size: int, local_world_size: int = 1) -> ParallelConfig:
+        """What this strategy runs on `world_size` processes (UsageError where it cannot)."""
+        dims = self.dims(world_size, local_world_size)
+        return ParallelConfig(self.name, self.options, dims, data_parallel=self.data_parallel(dims),
+                              pipelined=self.pipelined, local_devices=self.local_devices,
+                              microbatches=self.microbatches(world_size))
+
     def topology(self, ctx: ProcessContext) -> Topology:
         return Topology(self.dims(ctx.world_size, ctx.local_world_size), ctx)
 
-    def configuration(self, topology: Topology) -> ParallelConfig:
-        return ParallelConfig(self.name, self.options, topology, data_parallel=self.data_parallel(topology.dims),
-                            pipeline=self.pipelined, local_devices=self.local_devices)
-
     def setup(self, topology: Topology, model: nn.Module, optimizer: Optional[torch.optim.Optimizer],
               meta_rng: Optional[torch.Tensor] = None, init_fn: Optional[Callable] = None) -> Prepared:
-        return parallelize(self.configuration(topology), model, optimizer, meta_rng, init_fn)
+        config = self.configuration(topology.ctx.world_size, topology.ctx.local_world_size)
+        return parallelize(config, topology, model, optimizer, meta_rng, init_fn)
 
     def describe(self, topology: Topology) -> dict:
         """What the plan says, for summary.json (no model needed; no collective)."""

@@ -8,7 +8,9 @@ from typing import Optional
 
 from ..errors import arg
 from ..options import check_choice, check_count, option
+from ..parallel.config import DDP
 from ..parallel.ddp_compression import COMPRESSIONS
+from ..parallel.dims import DP_REPLICATE, DP_SHARD, PP, TP
 from ..values import positive_float, positive_int
 from .base import CommonOptions, Strategy
 
@@ -36,13 +38,13 @@ class DDPStrategy(Strategy):
     name = "ddp"
     help = "DistributedDataParallel: one process per device, gradients all-reduced"
     Options = DDPOptions
-    data_parallel_kind = "ddp"
-    instead = {"tp": f"{arg('strategy', 'tp')} (tensor parallel; the other processes replicate it) or "
-                     f"{arg('strategy', 'fsdp')} with {arg('tp')}",
-               "dp_shard": f"{arg('strategy', 'fsdp')} (with {arg('dp_replicate')} for hybrid sharding)",
-               "dp_replicate": f"{arg('strategy', 'fsdp')} with {arg('dp_shard')} for hybrid sharding (ddp replicates "
-                               f"over every process)",
-               "pp": f"{arg('strategy', 'pipeline')}"}
+    data_parallel_kind = DDP
+    instead = {TP: f"{arg('strategy', 'tp')} (tensor parallel; the other processes replicate it) or "
+                   f"{arg('strategy', 'fsdp')} with {arg('tp')}",
+               DP_SHARD: f"{arg('strategy', 'fsdp')} (with {arg('dp_replicate')} for hybrid sharding, HSDP)",
+               DP_REPLICATE: f"{arg('strategy', 'fsdp')} with {arg('dp_shard')} for hybrid sharding, HSDP (ddp "
+                             f"replicates over every process)",
+               PP: f"{arg('strategy', 'pipeline')}"}
 
     def describe(self, topology):
         return {**super().describe(topology), "grad_compression": self.options.grad_compression,

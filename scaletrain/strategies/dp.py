@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..options import option
+from ..parallel.config import REPLICATE
 from ..parallel.local_devices import replicas_here, visible_gpus
 from ..values import positive_int
 from .base import CommonOptions, Strategy
@@ -26,7 +27,7 @@ class DataParallelStrategy(Strategy):
     Options = DPOptions
     multi_process = False
     fill = None
-    local_devices = "replicate"
+    local_devices = REPLICATE
 
     def check_model(self, world_size, model, batch_size):
         super().check_model(world_size, model, batch_size)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import arg
+from ..parallel.config import FSDP
+from ..parallel.dims import DP_SHARD, PP
 from .base import MeshOptions, Strategy
 
 
@@ -25,9 +27,9 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     help = "fully sharded data parallel (FSDP2): parameters, gradients and optimizer state split N ways"
     Options = FSDPOptions
-    fill = "dp_shard"
-    data_parallel_kind = "fsdp"
-    instead = {"pp": f"{arg('strategy', 'pipeline')} with {arg('dp_shard')} (pipeline × FSDP)"}
+    fill = DP_SHARD
+    data_parallel_kind = FSDP
+    instead = {PP: f"{arg('strategy', 'pipeline')} with {arg('dp_shard')} (pipeline × FSDP)"}
 
     def describe(self, topology):
-        return {**super().describe(topology), "shards": topology.dims.dp_shard}
+        return {**super().describe(topology), "shards": topology.dims.shards}

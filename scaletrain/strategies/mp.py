@@ -9,6 +9,7 @@ from typing import Optional
 
 from ..errors import UsageError, arg
 from ..options import check_count, option
+from ..parallel.config import SPLIT
 from ..parallel.local_devices import split_parts
 from ..parallel.splitting import parse_split_points, cut_blocks
 from ..values import name_list, positive_int
@@ -39,7 +40,7 @@ class ModelParallelStrategy(Strategy):
     Options = MPOptions
     multi_process = False
     fill = None
-    local_devices = "split"
+    local_devices = SPLIT
 
     def part_count(self, local_processes: int = 1) -> Optional[int]:
         return split_parts(self.options.devices_per_process, self.options.split_points, local_processes)

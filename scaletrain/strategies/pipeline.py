@@ -1,5 +1,5 @@
 """`pipeline`: distributed model parallel with torch.distributed.pipelining. The model is cut
-into P stages (`pp`, also spelt `pipeline_stages`), one per process of a pipeline (possibly
+into P stages (the degree `pp`; `pipeline_stages` is accepted for it), one per process of a pipeline (possibly
 on different machines); each batch is cut into M micro-batches that flow through the stages
 on a schedule (GPipe or 1F1B).
 
@@ -16,19 +16,18 @@ from typing import Optional
 
 from ..errors import UsageError, arg
 from ..options import check_choice, check_count, option
+from ..parallel.config import FSDP
+from ..parallel.dims import DP_REPLICATE, PP
 from ..parallel.pipeline import SCHEDULES
 from ..parallel.splitting import parse_split_points, cut_blocks
 from ..values import name_list, positive_int
-from .base import MeshOptions, Strategy
+from .base import MeshOptions, Strategy, degree
 from .mp import SPLIT_POINTS_HELP
 
 
 @dataclass(frozen=True)
 class PipelineOptions(MeshOptions):
-    pp: Optional[int] = option(
-        None, "pipeline stages, one process each; the processes they leave are data-parallel replicas of the "
-              "pipeline (default: every process a stage)", metavar="P", parse=positive_int)
-    pipeline_stages: Optional[int] = option(None, "the same as --pp", metavar="S", parse=positive_int)
+    pp: Optional[int] = degree(PP, aliases=("pipeline_stages",))
     schedule: str = option("1f1b", "gpipe (all forwards, then all backwards) or 1f1b (fewer activations kept)",
                            choices=SCHEDULES)
     microbatches: Optional[int] = option(
@@ -39,12 +38,8 @@ class PipelineOptions(MeshOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("schedule", self.schedule, SCHEDULES)
-        for name in ("pp", "pipeline_stages", "microbatches"):
-            if getattr(self, name) is not None:
-                check_count(name, getattr(self, name))
-        if self.pp is not None and self.pipeline_stages is not None and self.pp != self.pipeline_stages:
-            raise UsageError(f"{arg('pp', self.pp)} and {arg('pipeline_stages', self.pipeline_stages)} name the same "
-                             f"thing; give one of them")
+        if self.microbatches is not None:
+            check_count("microbatches", self.microbatches)
         object.__setattr__(self, "split_points", parse_split_points(self.split_points))
 
 
@@ -58,32 +53,30 @@ class PipelineStrategy(Strategy):
     def stages_given(self) -> Optional[int]:
         if self.options.split_points:
             return len(self.options.split_points) + 1
-        return self.options.pp or self.options.pipeline_stages
+        return self.options.pp
 
     def given_degrees(self):
-        return {**super().given_degrees(), "pp": self.stages_given()}
+        return {**super().given_degrees(), PP: self.stages_given()}
 
     def stage_option(self) -> str:
-        return "pipeline_stages" if self.options.pipeline_stages is not None else "pp"
-
-    def degree_labels(self):
-        return {"pp": self.stage_option()}
+        """The pipeline degree's name as the user gave it."""
+        return self.labels.get(PP, PP)
 
     def fill_for(self, given):
-        if given["pp"] is None:
-            return "pp"  # every process a stage, unless other degrees take some
-        return "dp_replicate" if given["dp_replicate"] is None else None
+        if given[PP] is None:
+            return PP  # every process a stage, unless other degrees take some
+        return DP_REPLICATE if given[DP_REPLICATE] is None else None
 
     def data_parallel(self, dims):
         # The copies of each stage synchronise through FSDP2 (sharded, or replicated with
         # dp_shard 1): torch's pipelining drives FSDP modules through a schedule itself.
-        return "fsdp" if dims.dp_size > 1 else None
+        return FSDP if dims.dp_size > 1 else None
 
     def microbatches(self, world_size: int) -> int:
         return self.options.microbatches or self.dims(world_size).pp
 
     def check_world_size(self, world_size):
-        given = self.options.pp or self.options.pipeline_stages
+        given = self.options.pp
         stages = self.stages_given()
         option = self.stage_option()
         if given is not None and self.options.split_points and given != stages:
@@ -111,18 +104,7 @@ class PipelineStrategy(Strategy):
             raise UsageError(f"{arg('microbatches', m)} does not divide the batch of {batch_size}; "
                              f"use {arg('microbatches', fits[0])} or a {arg('batch_size')} that is a multiple of {m}")
 
-    def configuration(self, topology):
-        config = super().configuration(topology)
-        config.options = _with_microbatches(self.options, self.microbatches(topology.ctx.world_size))
-        return config
-
     def describe(self, topology):
         dims = topology.dims
         return {**super().describe(topology), "pipeline_stages": dims.pp, "pipeline_replicas": dims.dp_size,
                 "schedule": self.options.schedule, "microbatches": self.microbatches(topology.ctx.world_size)}
-
-
-def _with_microbatches(options: PipelineOptions, microbatches: int) -> PipelineOptions:
-    from dataclasses import replace
-
-    return replace(options, microbatches=microbatches)

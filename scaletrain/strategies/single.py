@@ -8,3 +8,4 @@ class SingleStrategy(Strategy):
     help = "one process on one device; the baseline"
     multi_process = False
     fill = None
+    baseline = True

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import arg
+from ..parallel.config import FSDP
+from ..parallel.dims import DP_REPLICATE, PP, TP
 from .base import MeshOptions, Strategy
 
 
@@ -21,12 +23,12 @@ class TensorParallelStrategy(Strategy):
     name = "tp"
     help = "tensor parallel: each layer's matrices split across processes"
     Options = TPOptions
-    instead = {"pp": f"{arg('strategy', 'pipeline')} with {arg('tp')} (pipeline × tensor parallel)"}
+    instead = {PP: f"{arg('strategy', 'pipeline')} with {arg('tp')} (pipeline × tensor parallel)"}
 
     def fill_for(self, given):
-        if given["tp"] is None:
-            return "tp"
-        return "dp_replicate" if given["dp_replicate"] is None else None
+        if given[TP] is None:
+            return TP
+        return DP_REPLICATE if given[DP_REPLICATE] is None else None
 
     def data_parallel(self, dims):
-        return "fsdp" if dims.dp_size > 1 else None
+        return FSDP if dims.dp_size > 1 else None

@@ -17,7 +17,7 @@ from ..batches import batch_size_of
 from ..parallel.meta_init import uninitialisable
 from ..errors import UsageError, arg
 from ..startup import command_age
-from ..workloads import get_workload
+from ..workloads.model_config import workload_for
 from ..workloads.tasks import check_targets, derive, first_sample, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
@@ -25,6 +25,7 @@ from .finite import NonFiniteGuard
 from .optimizer import adam
 from .report import Reporter
 from .steps import StepRecorder
+from .utilisation import Utilisation
 
 
 def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
@@ -32,14 +33,14 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     `resume_checked`: the command that started the run checked what --resume will load and
     showed its notes, so they are not shown again."""
     started = time.perf_counter()
-    workload = get_workload(config.workload, config.model, config.dataset)
+    workload = workload_for(config)
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         sample = first_sample(train_set)
-        task = get_task(config.task or workload.task or derive(sample))
+        task = get_task(config.task_name or workload.task or derive(sample))
         check_targets(task, sample)  # every rank alike, before anything waits for a peer
         with fits_in_memory(run):
             model = build_model(run, workload, config.meta_init)
@@ -70,6 +71,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
 
         recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, last_step,
                                 run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
+        utilisation = Utilisation(run, global_batch)  # FLOPs counted on the second step, MFU
         train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
         if run.steps_taken >= last_step:
             done = run.steps_taken // run.strategy.grad_accum
@@ -89,8 +91,9 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                     if run.steps_taken >= last_step:
                         break
                     # The loss stays a tensor: no host synchronisation (.item()) per step.
-                    loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
-                                          max_grad_norm=config.clip_grad_norm)
+                    with utilisation.step(run.steps_taken, batch_size_of(batch)):
+                        loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
+                                              max_grad_norm=config.clip_grad_norm)
                     loss_sum += loss
                     finite.track(loss, run.steps_taken)
                     if startup_seconds is None:  # from the user's command, not from train()
@@ -101,12 +104,13 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                     if finite.due(run.steps_taken):  # every rank at the same step: a collective
                         finite.check(run.steps_taken)
                     if run.is_main and recorder.due(run.steps_taken):
-                        reporter.step({**recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
-                                                         optimizer.param_groups[0].get("lr")),
+                        record = recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
+                                                 optimizer.param_groups[0].get("lr"))
+                        reporter.step({**record, **utilisation.fields(record["samples_per_second"]),
                                        "wall_seconds": wall(), "memory_bytes": run.memory.current()})
                     checkpoints.after_step(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps,
                                                                       "samples": samples})
-            seconds = time.perf_counter() - epoch_start
+            seconds = time.perf_counter() - epoch_start - utilisation.take_paused()
             epoch_samples = run.sum(float(samples)) * run.data_parallel_size / run.world_size
             train_seconds += seconds
             trained_samples += epoch_samples
@@ -139,6 +143,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
             "train_samples": len(train_set),
             "samples_per_second": trained_samples / train_seconds,
             "train_seconds": train_seconds,
+            **utilisation.summary(trained_samples / train_seconds),
             "startup_seconds": startup_seconds,
             # From the user's command, like the start-up time (this process's own time otherwise).
             "wall_seconds": command_age(run.env) or time.perf_counter() - started,

@@ -111,15 +111,17 @@ class Reporter:
             return
         with writing(self.out / METRICS_FILE):
             append_jsonl(self.out / METRICS_FILE, strict_json(record))
-        scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"]}
+        scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"],
+                   "train/tflops_per_second": record.get("tflops_per_second"), "train/mfu": record.get("mfu")}
         if "train_loss" in record:
             scalars["train/loss"] = record["train_loss"]
         self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
         if not self.terminal:  # the bar shows progress on a terminal
             loss = f"loss {record['train_loss']:.4f}" if "train_loss" in record else "loss (on the last stage)"
             lr = f"  lr {record['lr']:.3g}" if record["lr"] is not None else ""
+            mfu = f"  MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
             print(f"step {record['step']:>6}/{record['total_steps']}  epoch {record['epoch']}/{record['epochs']}  "
-                  f"{loss}{lr}  {record['samples_per_second']:,.0f} samples/s  "
+                  f"{loss}{lr}  {record['samples_per_second']:,.0f} samples/s{mfu}  "
                   f"ETA {format_eta(record['eta_seconds'])}", flush=True)
 
     def epoch(self, record: dict) -> None:
@@ -171,6 +173,7 @@ class Reporter:
               if summary.get(f"final_{name}") is not None],
             ("held-out samples", summary["eval_samples"]),
             ("samples/s", f"{summary['samples_per_second']:,.0f}"),
+            ("TFLOP/s, MFU", _utilisation(summary)),
             ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
             *([("peak memory / process", _peak_memory(summary))] if summary.get("peak_memory_bytes") else []),
             ("wall time", f"{summary['wall_seconds']:.1f} s from the command"),
@@ -180,6 +183,17 @@ class Reporter:
             table.add_row(key, str(value))
         self.console.print(table)
         self.console.file.flush()
+
+
+def _utilisation(summary: dict) -> str:
+    """'0.52 TFLOP/s, MFU 31.0% (peak: …)', or why there is no MFU."""
+    if summary.get("tflops_per_second") is None:
+        return summary.get("mfu_note") or "not counted"
+    text = f"{summary['tflops_per_second']:.3g} TFLOP/s"
+    if summary.get("mfu") is not None:
+        return text + f", MFU {summary['mfu']:.1%} (peak {summary['peak_tflops_per_second']:.3g} TFLOP/s: " \
+                      f"{summary['peak_source']})"
+    return text + f"; no MFU: {summary.get('mfu_note')}"
 
 
 def _peak_memory(summary: dict) -> str:

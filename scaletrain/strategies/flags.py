@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import declared, flag_of
-from ..strategies import REGISTRY
+from ..options import aliases_of, declared, flag_of
+from . import REGISTRY
 
 
 def _options_by_name() -> dict[str, list[tuple[str, object]]]:
@@ -36,8 +36,17 @@ def _help(uses: list[tuple[str, object]]) -> str:
     return "; ".join(f"{', '.join(strategies)}: {text}" for text, strategies in texts.items())
 
 
+def _aliases() -> dict[str, str]:
+    """{alias: the option it names}, e.g. pipeline_stages: pp."""
+    found: dict[str, str] = {}
+    for cls in REGISTRY.values():
+        found.update(aliases_of(cls.Options))
+    return found
+
+
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("strategy options (each applies to the strategies it names)")
+    aliases = _aliases()
     for name, uses in _options_by_name().items():
         f = uses[0][1]
         meta = f.metadata
@@ -51,6 +60,9 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
         if meta.get("metavar"):
             kwargs["metavar"] = meta["metavar"]
         g.add_argument(flag_of(f), **kwargs)
+        for alias in (a for a, named in aliases.items() if named == name):  # its other spelling, a key of its own
+            g.add_argument("--" + alias.replace("_", "-"), **{**kwargs, "dest": alias,
+                                                              "help": f"the same as {flag_of(f)}"})
 
 
 def common_option_defaults() -> dict:
@@ -62,5 +74,6 @@ def common_option_defaults() -> dict:
 
 
 def strategy_options_from_args(args: argparse.Namespace) -> dict:
-    """The strategy options the user gave, as keyword arguments for scaletrain.init."""
-    return {name: getattr(args, name) for name in _options_by_name() if hasattr(args, name)}
+    """The strategy options the user gave (by whichever name), as keyword arguments for
+    scaletrain.init."""
+    return {name: getattr(args, name) for name in [*_options_by_name(), *_aliases()] if hasattr(args, name)}

@@ -1,0 +1,125 @@
+"""`scaletrain plan --hardware NAME|FILE`: predict a GPU cluster this machine is not, from a
+hardware profile and a model's shape — no GPU, no measurement, seconds on a laptop.
+
+    scaletrain plan --hardware h100-sxm-80g --gpus 64 --model-config llama3-8b \\
+        --seq-len 8192 --global-batch 256 --choose
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from ..errors import UsageError
+from .parsing import positive_int
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags only a cluster plan reads (--tp, --pp, --dp-shard, --dp-replicate, --choose,
+    --json, --out and --strategy are plan's own and mean the same here)."""
+    g = p.add_argument_group("a GPU cluster (with --hardware: predicted from a hardware profile, nothing measured)")
+    g.add_argument("--hardware", metavar="NAME|FILE",
+                   help="plan for GPUs of this kind: a100-80g, h100-sxm-80g, h100-96g, h200, or a profile .toml")
+    g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs in all (default: one node's)")
+    g.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="GPUs per node (default: the profile's)")
+    g.add_argument("--model-config", metavar="NAME|FILE",
+                   help="llama3-8b, llama3-70b, llama3-405b, or a transformers config.json (decoder-only)")
+    g.add_argument("--seq-len", type=positive_int, default=8192, metavar="S", help="tokens per sequence (default 8192)")
+    g.add_argument("--global-batch", type=positive_int, metavar="B", help="sequences per optimizer step (default: 2 per GPU)")
+    g.add_argument("--micro-batch", type=positive_int, metavar="M", help="sequences per forward on one GPU (default: searched)")
+    g.add_argument("--cp", type=positive_int, metavar="C", help="context-parallel degree (default: searched for long sequences)")
+    g.add_argument("--activation-checkpointing", choices=["none", "selective", "full"],
+                   help="default: each is predicted")
+    g.add_argument("--schedule", choices=["1f1b", "interleaved"], help="pipeline schedule (default: both)")
+    g.add_argument("--float8", action="store_true", help="float8 linear layers (GPUs with fp8 tensor cores)")
+    g.add_argument("--compile", action="store_true", help="torch.compile: the blocks' memory-bound operators fused")
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    from ..hardware import load_profile
+    from ..plan.cluster import report
+    from ..plan.cluster.config import Scenario
+    from ..plan.cluster.search import Fixed, choose, predict_all
+    from ..plan.cluster.shapes import load_shape
+
+    profile = load_profile(args.hardware)
+    if not args.model_config:
+        raise UsageError("--hardware plans a model by its shape: give --model-config llama3-8b (or llama3-70b, "
+                         "llama3-405b, or a transformers config.json)")
+    shape = load_shape(args.model_config)
+    gpn = args.gpus_per_node or profile.gpus_per_node
+    gpus = args.gpus or gpn
+    if gpus > gpn and gpus % gpn:
+        raise UsageError(f"--gpus {gpus} is not a whole number of nodes of {gpn} GPUs (--gpus-per-node)")
+    if args.seq_len > shape.max_positions:
+        raise UsageError(f"--seq-len {args.seq_len} is longer than {shape.name}'s {shape.max_positions} positions "
+                         f"(max_position_embeddings); give --seq-len {shape.max_positions} or less")
+    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), args.seq_len, args.global_batch or 2 * gpus,
+                        args.model_config)
+    fixed = Fixed(strategy=_strategy(args), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
+                  dp_replicate=args.dp_replicate, microbatch=args.micro_batch,
+                  checkpointing=args.activation_checkpointing, schedule=args.schedule, float8=args.float8,
+                  compile=args.compile)
+    if args.float8 and not profile.peak("fp8"):
+        raise UsageError(f"--float8: {profile.name} has no float8 tensor cores; drop --float8")
+    predictions = predict_all(scenario, fixed)
+    best, runner_up = choose(predictions)
+    rows = [report.row(p, scenario) for p in predictions]
+    result = {"hardware": profile.name, "basis": profile.basis, "model": shape.name, "parameters": shape.parameters,
+              "gpus": gpus, "gpus_per_node": scenario.gpus_per_node, "seq_len": args.seq_len,
+              "global_batch": scenario.global_batch, "configurations": rows,
+              "chosen": report.row(best, scenario) if best else None,
+              "runner_up": report.row(runner_up, scenario) if runner_up else None}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        report.plot(predictions, scenario, Path(args.out).with_suffix(".png"))
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    _print(predictions, scenario, best, runner_up, args)
+    return 0
+
+
+def _strategy(args) -> str | None:
+    from ..plan.cost_models import COST_MODELS
+
+    text = getattr(args, "strategy", None)
+    if not text or text == ",".join(COST_MODELS):
+        return None
+    if text not in ("fsdp", "hsdp", "ddp", "tp", "pipeline"):
+        raise UsageError(f"--strategy {text}: a cluster plan takes one of fsdp, hsdp, ddp, tp, pipeline")
+    return text
+
+
+def _print(predictions, scenario, best, runner_up, args) -> None:
+    from ..plan.cluster import report
+
+    p = scenario.profile
+    print(f"{scenario.shape.name} ({scenario.shape.parameters / 1e9:.1f} B parameters) on {scenario.gpus} × "
+          f"{p.name} ({scenario.gpus_per_node} per node), seq {scenario.seq}, global batch {scenario.global_batch}; "
+          f"compute from {p.basis}")
+    print(report.table(predictions, scenario))
+    if not args.choose:
+        fastest = predictions[0]
+        print(f"Fastest: {fastest.config.label()}, {fastest.tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
+              f"{'' if fastest.fits else ' — does not fit'}. (--choose picks the fastest that fits.)")
+    elif best is None:
+        least = min(predictions, key=lambda q: q.memory_bytes)
+        print(f"Nothing fits {p.memory_bytes / 2**30:.0f} GiB: the least memory is {least.config.label()} at "
+              f"{least.memory_bytes / 2**30:.1f} GiB; use more GPUs (--gpus), full activation checkpointing or a "
+              "shorter sequence")
+    else:
+        margin = (best.tokens_per_second_per_gpu / runner_up.tokens_per_second_per_gpu - 1) if runner_up else math.inf
+        free = 1 - best.memory_bytes / p.memory_bytes
+        print(f"Chosen: {best.config.label()}: {best.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, MFU "
+              f"{best.mfu:.0%}, step {best.step_seconds:.2f} s, {best.memory_bytes / 2**30:.1f} GiB per GPU "
+              f"({free:.0%} of the GPU free); 1T tokens in {1e12 / (best.tokens_per_second_per_gpu * scenario.gpus) / 86400:.1f} days.")
+        print("  " + report.memory_line(best))
+        if runner_up:
+            print(f"Runner-up: {runner_up.config.label()}, {runner_up.tokens_per_second_per_gpu:,.0f} tokens/s per "
+                  f"GPU ({margin:+.1%} for the chosen).")
+        print("Run it: " + report.train_flags(best.config, scenario, best.microbatches))
+    if args.out:
+        print(f"written: {args.out} and {Path(args.out).with_suffix('.png')}")

@@ -1,0 +1,77 @@
+"""NCCL's collectives on a GPU cluster, α-β per algorithm, from a hardware profile's links.
+
+Bus bandwidth as nccl-tests reports it (`busbw`): a ring all-gather or reduce-scatter of S
+bytes (the whole result) over n ranks takes (n−1)/n · S / busbw, an all-reduce 2(n−1)/n · S /
+busbw, plus a latency per ring step. Inside a node the link is NVLink (the profile's nccl-tests
+bus bandwidth; all-reduce on 8 GPUs with NVLink SHARP where the profile has it). Across nodes a
+ring whose k ranks per node each have their own network port (rail-optimised clusters) moves k
+ports' worth: busbw = min(NVLink's, k × port × efficiency). Send/receive between two GPUs
+moves S at the link's rate. All-reduce across nodes uses NCCL's tree where it is faster
+(latency log n instead of n).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Group:
+    """n ranks of a collective, `per_node` of them on each node."""
+    size: int
+    per_node: int
+
+    @property
+    def nodes(self) -> int:
+        return max(1, math.ceil(self.size / max(1, self.per_node)))
+
+
+def group(size: int, stride: int, gpus_per_node: int) -> Group:
+    """The ranks of a mesh dimension of `size` whose neighbours are `stride` ranks apart."""
+    per_node = max(1, min(size, gpus_per_node // max(1, stride))) if stride < gpus_per_node else 1
+    return Group(size, per_node)
+
+
+class Network:
+    def __init__(self, profile):
+        links = profile.links
+        self.nvlink = float(links.get("nvlink_busbw_gb_per_s", 200.0)) * 1e9
+        self.nvls = float(links.get("nvls_allreduce_busbw_gb_per_s", 0.0)) * 1e9
+        self.nvlink_latency = float(links.get("nvlink_latency_us", 10.0)) * 1e-6
+        port = float(links.get("network_gbit_per_s", 100.0)) * 1e9 / 8
+        self.port = port * float(links.get("network_efficiency", 0.9))
+        self.net_latency = float(links.get("network_latency_us", 20.0)) * 1e-6
+
+    def busbw(self, g: Group, allreduce: bool = False) -> float:
+        if g.nodes == 1:
+            return self.nvls if allreduce and self.nvls and g.size == g.per_node and g.size >= 4 else self.nvlink
+        return min(self.nvlink, g.per_node * self.port)
+
+    def _latency(self, g: Group) -> float:
+        return self.nvlink_latency if g.nodes == 1 else self.net_latency
+
+    def all_gather(self, nbytes: float, g: Group) -> float:
+        """`nbytes`: the gathered result on each rank."""
+        if g.size <= 1:
+            return 0.0
+        return (g.size - 1) / g.size * nbytes / self.busbw(g) + (g.size - 1) * self._step(g)
+
+    reduce_scatter = all_gather  # the same ring, the other way round
+
+    def all_reduce(self, nbytes: float, g: Group) -> float:
+        if g.size <= 1:
+            return 0.0
+        ring = 2 * (g.size - 1) / g.size * nbytes / self.busbw(g, allreduce=True) + 2 * (g.size - 1) * self._step(g)
+        if g.nodes == 1:
+            return ring
+        tree = 2 * nbytes / self.busbw(g, allreduce=True) + 2 * math.log2(g.size) * self._latency(g)
+        return min(ring, tree)
+
+    def send(self, nbytes: float, across_nodes: bool) -> float:
+        rate = self.port if across_nodes else self.nvlink
+        return nbytes / rate + (self.net_latency if across_nodes else self.nvlink_latency)
+
+    def _step(self, g: Group) -> float:
+        """Latency of one ring step: a few µs on NVLink, more where the ring leaves the node."""
+        return self._latency(g) / 4 if g.nodes == 1 else self._latency(g) / 2

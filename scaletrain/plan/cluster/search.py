@@ -1,0 +1,140 @@
+"""The configurations a cluster plan predicts, and the choice among them.
+
+Every combination of the degrees the user left open — tensor parallel inside a node, pipeline
+stages (1F1B and interleaved), context parallel for long sequences, FSDP or HSDP (or DDP) for
+the data-parallel rest — × micro-batches × activation checkpointing, each checked
+(`config.check`) and predicted (`step.predict`). `choose` takes the fastest that fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from ...errors import UsageError, arg
+from .config import CHECKPOINTING, ClusterConfig, Prediction, Scenario, check
+from .step import predict
+
+MICROBATCHES = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """What the user fixed (None: open)."""
+    strategy: Optional[str] = None  # fsdp, hsdp, ddp, tp, pipeline
+    tp: Optional[int] = None
+    pp: Optional[int] = None
+    cp: Optional[int] = None
+    dp_shard: Optional[int] = None
+    dp_replicate: Optional[int] = None
+    microbatch: Optional[int] = None
+    checkpointing: Optional[str] = None
+    schedule: Optional[str] = None
+    float8: bool = False
+    compile: bool = False
+    software: tuple = ()  # (field, value) pairs of ClusterConfig every candidate takes (async_tp, attention, ...)
+    also: tuple = ()  # configurations predicted besides the search's (a published run's, say)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
+    s, gpus, gpn = scenario.shape, scenario.gpus, scenario.gpus_per_node
+    given = {name: value for name, value in (("tp", fixed.tp), ("pp", fixed.pp), ("cp", fixed.cp),
+                                             ("dp_shard", fixed.dp_shard), ("dp_replicate", fixed.dp_replicate))
+             if value}
+    product = 1
+    for value in given.values():
+        product *= value
+    if gpus % product:
+        named = " × ".join(f"{arg(name, value)}" for name, value in given.items())
+        what = f"{named} does not divide" if len(given) == 1 else f"{named} = {product} do not divide"
+        raise UsageError(f"{what} {arg('gpus', gpus)}: choose degrees whose product divides the GPUs")
+    tps = [fixed.tp] if fixed.tp else [t for t in (1, 2, 4, 8) if t <= gpn and s.heads % t == 0 and s.ffn % t == 0
+                                       and s.vocab % t == 0 and gpus % t == 0]
+    pps = [fixed.pp] if fixed.pp else [p for p in (1, 2, 4, 8, 16) if p <= s.layers and gpus % p == 0]
+    if fixed.strategy == "pipeline" and not fixed.pp:
+        pps = [p for p in pps if p > 1]
+    elif fixed.strategy and fixed.strategy != "pipeline" and not fixed.pp:
+        pps = [1]
+    # Context parallel where a sequence is long (its ring is worth it from 16k tokens) or asked for.
+    cps = [fixed.cp] if fixed.cp else [c for c in (1, 2, 4, 8) if c == 1 or scenario.seq >= 16384 * c // 2]
+    acs = [fixed.checkpointing] if fixed.checkpointing else list(CHECKPOINTING)
+    out = []
+    for tp in tps:
+        for pp in pps:
+            for cp in cps:
+                if gpus % (tp * pp * cp):
+                    continue
+                dp = gpus // (tp * pp * cp)
+                for replicate, shard in _data_parallel(dp, tp * cp, gpn, fixed):
+                    for mb in ([fixed.microbatch] if fixed.microbatch else MICROBATCHES):
+                        if scenario.global_batch % (dp * mb):
+                            continue
+                        for ac in acs:
+                            for schedule, v in _schedules(pp, s.layers, fixed):
+                                out.append(replace(ClusterConfig(replicate, shard, tp, pp, cp, mb, ac, fixed.float8,
+                                                                 fixed.compile, schedule, v), **dict(fixed.software)))
+    return out + [c for c in fixed.also if c not in out]
+
+
+def _data_parallel(dp: int, inner: int, gpn: int, fixed: Fixed) -> list[tuple[int, int]]:
+    """(replicate, shard) splits of the data-parallel degree: FSDP over all of it, HSDP sharded
+    within a node and replicated across, or DDP (replicated)."""
+    if fixed.dp_shard or fixed.dp_replicate:
+        shard = fixed.dp_shard or dp // (fixed.dp_replicate or 1)
+        replicate = fixed.dp_replicate or dp // shard
+        return [(replicate, shard)] if replicate * shard == dp else []
+    options = {(1, dp)}
+    within = max(1, gpn // inner)
+    if fixed.strategy in (None, "hsdp") and 1 < within < dp and dp % within == 0:
+        options.add((dp // within, within))
+    if fixed.strategy in ("ddp",):
+        options = {(dp, 1)}
+    elif fixed.strategy == "hsdp":
+        options.discard((1, dp))
+    return sorted(options)
+
+
+def _schedules(pp: int, layers: int, fixed: Fixed) -> list[tuple[str, int]]:
+    if pp == 1:
+        return [("1f1b", 1)]
+    out = [] if fixed.schedule == "interleaved" else [("1f1b", 1)]
+    if fixed.schedule != "1f1b" and layers >= 2 * pp:
+        out.append(("interleaved", 2))
+    return out
+
+
+def predict_all(scenario: Scenario, fixed: Fixed) -> list[Prediction]:
+    configs = candidates(scenario, fixed)
+    if not configs:
+        raise UsageError(_nothing(scenario, fixed))
+    results, last_error = [], None
+    for config in configs:
+        try:
+            check(config, scenario)
+        except UsageError as exc:
+            last_error = exc
+            continue
+        results.append(predict(config, scenario))
+    if not results:
+        raise last_error  # the one line of what is wrong with the configuration the flags pin
+    return sorted(results, key=lambda r: -r.tokens_per_second_per_gpu)
+
+
+def _nothing(scenario: Scenario, fixed: Fixed) -> str:
+    return (f"no configuration of {scenario.gpus} GPUs makes a global batch of {scenario.global_batch} sequences "
+            "with these degrees and micro-batch: give --global-batch as a multiple of the data-parallel degree × "
+            "--micro-batch, or other degrees")
+
+
+def choose(predictions: list[Prediction]) -> tuple[Optional[Prediction], Optional[Prediction]]:
+    """The fastest configuration that fits, and the runner-up that fits."""
+    fitting = [p for p in predictions if p.fits]
+    return (fitting[0] if fitting else None), (fitting[1] if len(fitting) > 1 else None)
+
+
+def with_degrees(config: ClusterConfig, **changes) -> ClusterConfig:
+    return replace(config, **changes)
