@@ -41,6 +41,15 @@ def run_in_process(argv, capsys) -> tuple[int, str]:
     (["plan", "--strategy", "nosuch"], "--strategy"),
     (["plan", "--probe-rounds", "0"], "--probe-rounds"),
     (["plan", "--out", "/nonexistent/plan.json"], "--out"),
+    # Refused before measuring: no configuration asked for can be predicted (it once measured
+    # for minutes, printed an empty table and blamed noise).
+    (["plan", "--workload", "stdlib-gpt", "--strategy", "tp", "--tp", "3", "--world-sizes", "1,2"],
+     "nothing to predict: tp on 1 process(es)"),
+    (["plan", "--workload", "stdlib-gpt", "--strategy", "tp", "--tp", "3", "--world-sizes", "3"],
+     "4 attention heads, which cannot be split 3 ways"),
+    # --choose keeps the strategies and degrees given, so an unknown or impossible one is refused.
+    (["plan", "--choose", "--strategy", "nosuch", "--world-sizes", "2"], "unknown strategy 'nosuch'"),
+    (["plan", "--choose", "--workload", "digits-mlp", "--tp", "3", "--world-sizes", "2"], "--tp 3"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, words):
     monkeypatch.chdir(tmp_path)

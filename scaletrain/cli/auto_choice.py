@@ -14,6 +14,19 @@ from ..train.config import TrainConfig
 PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "probe_rounds": 2, "budget": 60.0, "max_error": 0.5}
 
 
+def given_constraints(config: TrainConfig, world: int):
+    """The degrees and options given beside --strategy auto: the choice keeps them; a set no
+    configuration of `world` processes can keep is refused now, in one line."""
+    from ..plan.constraints import Constraints, check_possible
+    from ..workloads.meta import meta_model
+    from ..workloads.model_config import workload_for
+
+    constraints = Constraints.given(config.strategy_options)
+    if constraints:
+        check_possible(constraints, world, meta_model(workload_for(config)), config.batch_size)
+    return constraints
+
+
 def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
     """The configuration with the chosen strategy and options in place of auto, and the lines
     that say why (`auto_choice`)."""
@@ -43,9 +56,11 @@ def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
     else:
         probe_args.nproc_per_node = nproc
     machine = machine_from_args(probe_args, device.type)
+    constraints = given_constraints(config, world)  # refused here, before a second is measured
     probes = measured_probes(probe_args, config.workload if not config.model else f"{config.workload} + {config.model}",
-                             world, machine, device.type, say=lambda text: print(text, flush=True), hosts=hosts)
-    choice = choose(probes, world, config.batch_size, machine)
+                             world, machine, device.type, say=lambda text: print(text, flush=True), hosts=hosts,
+                             what="--strategy auto's measurement")
+    choice = choose(probes, world, config.batch_size, machine, constraints)
     if choice.chosen is None:
         raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "
                          "--batch-size")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..defaults import (BENCH_MAX_OTHER_CORES, BENCH_MEASURE_S, PLAN_BUDGET_S, PLAN_MAX_ERROR,
                         PLAN_PROBE_ROUNDS)
-from ..errors import UsageError, arg
+from ..errors import UsageError, arg, as_flags
 from ..launchers.interrupts import Stopped, signal_name
 from ..parallel.dims import MESH, MESH_DIMS
 from ..workloads import BUILTIN
@@ -219,8 +219,17 @@ def be_a_probe_rank(args: argparse.Namespace) -> int:
 
     if args.out is None:
         raise UsageError("a launched plan measures one probe job and writes it to --out FILE; give --out")
+    from ..measure.failed import out_of_memory
+
     spec = {**probe_spec(args, args.workload), "threads": args.threads, "steps_only": args.steps_only}
-    result = measure_tp_round(spec) if args.tp_step_only else measure_probe_round(spec)
+    try:
+        result = measure_tp_round(spec) if args.tp_step_only else measure_probe_round(spec)
+    except (RuntimeError, MemoryError) as exc:
+        if not out_of_memory(exc):
+            raise
+        raise UsageError(f"measuring {args.workload} at {arg('batch_size', args.batch_size)} ran out of memory in one "
+                         f"process ({str(exc).splitlines()[0].strip()}): the measurement needs a step of one process "
+                         f"with the whole batch; give a smaller {arg('batch_size')}") from None
     if detect(os.environ).rank == 0:
         write_json_atomic(args.out, result)
     return 0
@@ -248,6 +257,22 @@ def memory_note(args: argparse.Namespace, device_type: str) -> list[str]:
             "budget is tight."]
 
 
+def check_predictable(strategies: list[str], world_sizes: list[int], shapes: dict, workload,
+                      batch_size: int) -> list[str]:
+    """Before measuring: something of what was asked can be predicted (else the one line
+    `bench` gives for the same degrees); the lines naming what was left out and why, where
+    degrees were given (the defaults' gaps, such as tp for a model without a plan, go unsaid)."""
+    from ..plan.constraints import predictable
+    from ..workloads.meta import meta_model
+
+    kept, notes = predictable(strategies, world_sizes, shapes, meta_model(workload), batch_size)
+    if not kept:
+        raise UsageError(f"nothing to predict: {'; '.join(notes[:3])}{' …' if len(notes) > 3 else ''}; give "
+                         "degrees that divide --world-sizes and split the model (or leave them out)")
+    given = any(v is not None for v in shapes.values())
+    return [f"Left out: {as_flags(note)}." for note in notes] if given else []
+
+
 def plan_here(args: argparse.Namespace) -> int:
     from ..devices import choose_device
     from ..plan.cost_models import COST_MODELS
@@ -273,9 +298,10 @@ def plan_here(args: argparse.Namespace) -> int:
     link = load_comm_json(args.comm) if args.comm is not None else None
     check_out_file(args.out)
     workload = workload_from_args(args)
+    shapes = layout_options(args)
+    left_out = check_predictable(strategies, world_sizes, shapes, workload, args.batch_size)
     probes_plan = probe_plan(workload.name, probe_spec(args, args.workload), world_sizes, machine, device_type, link,
                              hosts)
-    shapes = layout_options(args)
 
     def predictions_of(probes: list):
         return median_predictions([predict_all(p, strategies, world_sizes, machine, shapes) for p in probes])
@@ -296,7 +322,7 @@ def plan_here(args: argparse.Namespace) -> int:
                    if all_disturbed else []) + \
         verdicts(predictions, machine.device_memory_bytes, probe=probe,
                  noise=None if told else (error, len(probes), args.max_error)) + \
-        fit_advice(probe, predictions, machine, shapes) + memory_note(args, device_type) + \
+        fit_advice(probe, predictions, machine, shapes) + memory_note(args, device_type) + left_out + \
         [error_line(error, len(probes))]
     document = {"probe": probe.as_dict(), "probes": [p.as_dict() for p in probes], "machine": machine.__dict__,
                 "predictions": [{**p.as_dict(), "speedup_interval": spread_pair(spreads.get(key(p))),
@@ -319,13 +345,14 @@ def plan_here(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure_rounds(probes_plan, args: argparse.Namespace, error_of, say):
+def measure_rounds(probes_plan, args: argparse.Namespace, error_of, say, what: str = "plan"):
     """The plan's rounds (plan/rounds.py): disturbed ones left out and run again, more while the
     expected error exceeds --max-error and the --budget allows, those finished kept when a
     signal (Ctrl-C, SIGTERM, SIGHUP) ends them early."""
     from ..plan.rounds import measure
 
-    return measure(probes_plan, args.probe_rounds, args.budget, args.max_other_load, error_of, args.max_error, say)
+    return measure(probes_plan, args.probe_rounds, args.budget, args.max_other_load, error_of, args.max_error, say,
+                   what)
 
 
 def spread_pair(spread) -> list | None:
@@ -341,9 +368,10 @@ def check_out_file(path: Path | None) -> None:
 
 
 def measured_probes(args: argparse.Namespace, workload_name: str, world_size: int, machine, device_type: str,
-                    say=print, hosts=None) -> list:
+                    say=print, hosts=None, what: str = "plan") -> list:
     """The probes a choice predicts from: cached for this model, batch, world and machine, or
-    measured now (and cached): rounds as a plan's, those other processes disturbed left out."""
+    measured now (and cached): rounds as a plan's, those other processes disturbed left out.
+    `what` the measurement is, in what it says when stopped."""
     from ..plan.choose import cache_key, cached_probes, store_probes
     from ..plan.make import probe_plan
     from ..plan.predict import predict_all
@@ -352,7 +380,7 @@ def measured_probes(args: argparse.Namespace, workload_name: str, world_size: in
     spec = probe_spec(args, args.workload)
     key = cache_key(spec, world_size, machine.nproc_per_node, device_type, machine.cores,
                     hosts.names if hosts else "")
-    probes = cached_probes(key)
+    probes = cached_probes(key, say)
     if probes:
         say(f"scaletrain: using the measurements made earlier for this model, batch and machine (cache {key})")
         return probes
@@ -364,7 +392,7 @@ def measured_probes(args: argparse.Namespace, workload_name: str, world_size: in
         return expected_error(median_predictions(plain)[1])
 
     measured = measure_rounds(jobs, args, error_of, say=lambda text: say(text) if text.startswith("  round") and
-                              "left out" in text else None)
+                              "left out" in text else None, what=what)
     if measured.stopped is not None:
         raise Stopped(measured.stopped.signum)
     if not measured.probes:
@@ -376,6 +404,18 @@ def measured_probes(args: argparse.Namespace, workload_name: str, world_size: in
             "machine busy")
     store_probes(key, measured.probes)
     return measured.probes
+
+
+def choice_constraints(args: argparse.Namespace, world: int, workload):
+    """--strategy (when given) and the layout flags: what --choose must keep."""
+    from ..plan.constraints import Constraints, check_possible
+    from ..plan.cost_models import COST_MODELS
+    from ..workloads.meta import meta_model
+
+    named = () if args.strategy == ",".join(COST_MODELS) else tuple(parse_strategies(args.strategy))
+    constraints = Constraints.given(layout_options(args), named)
+    check_possible(constraints, world, meta_model(workload), args.batch_size)
+    return constraints
 
 
 def choose_here(args: argparse.Namespace, device_type: str) -> int:
@@ -392,9 +432,10 @@ def choose_here(args: argparse.Namespace, device_type: str) -> int:
     world = sizes[0] if sizes else machine.nproc_per_node
     check_out_file(args.out)
     workload = workload_from_args(args)
+    constraints = choice_constraints(args, world, workload)  # an unknown or impossible one: refused now
     probes = measured_probes(args, workload.name, world, machine, device_type,
                              say=(lambda text: None) if args.json else print, hosts=hosts)
-    choice = choose(probes, world, args.batch_size, machine)
+    choice = choose(probes, world, args.batch_size, machine, constraints)
     document = {"world_size": world, "chosen": choice.chosen.as_dict() if choice.chosen else None,
                 "flags": choice.flags(), "runner_up": choice.runner_up.as_dict() if choice.runner_up else None,
                 "rejected_for_memory": choice.rejected_for_memory, "considered": choice.considered,

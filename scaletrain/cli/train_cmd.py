@@ -31,6 +31,7 @@ from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
 from ..workloads.model_config import workload_for
 from ..workloads.factories import load_factory
+from ..workloads.meta import meta_model
 from . import config_file
 from .config_file import CONFIG_FILE
 from .outdir import check_out, create_out, default_out, discard_unstarted, hold_out, refuse_if_held
@@ -127,20 +128,6 @@ def validate(config: TrainConfig, nproc: int):
     model = meta_model(workload)
     strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
     return config, strategy, model
-
-
-def meta_model(workload):
-    """The workload's model with its parameters on the meta device (shapes and names only).
-    A factory that cannot build there (it loads weights from a file, say) is built as it is."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            return workload.build_model()
-    except UsageError:
-        raise
-    except Exception:  # noqa: BLE001 - whatever the factory needs that meta tensors lack
-        return workload.build_model()
 
 
 def resume_facts(config: TrainConfig, strategy, world_size: int) -> dict:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Optional
 
 from ..defaults import WORTH_AT_SPEEDUP
+from .constraints import Constraints
 from .predict import Prediction, predict
 from .verdict import implausible
-from .probe import Probe, probe_from_dict
+from .probe import Probe, probe_from_dict, probe_problem
 from .machine import Machine
 
 #: The checkpointing modes tried: none, then full (the cheapest change that saves most memory).
@@ -143,12 +144,16 @@ class Choice:
         return [first, second + "."]
 
 
-def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machine) -> Choice:
-    """The fastest configuration that fits, by the median prediction over the probes' rounds."""
+def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machine,
+           constraints: Optional[Constraints] = None) -> Choice:
+    """The fastest configuration that fits, by the median prediction over the probes' rounds;
+    among those that keep what the user fixed (`constraints`), when given."""
     probe = probes[0]
     fp = probe.footprint
     tensor_parallel = bool(fp.block_tp_param_bytes)
     found = candidates(world_size, batch_size, len(fp.block_param_bytes), tensor_parallel)
+    if constraints:
+        found = constraints.candidates(found, world_size)
     predicted: list[tuple[Prediction, list[float]]] = []
     rejected, every = [], []
     for name, chosen_options in found:
@@ -203,18 +208,30 @@ def cache_key(spec: dict, world_size: int, nproc_per_node: int, device_type: str
 
     from ..version import __version__
 
+    from ..steady_memory import wanted
+
     facts = {k: spec.get(k) for k in ("workload", "model", "dataset", "batch_size", "seed", "device", "backend")}
     facts.update(world_size=world_size, nproc_per_node=nproc_per_node, device_type=device_type, cores=cores,
-                 host=platform.node(), hosts=hosts, torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd())
+                 host=platform.node(), hosts=hosts, torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd(),
+                 # How the processes hold memory changes their speed (--steady-memory costs 8-40%) and peaks.
+                 steady_memory=wanted(None))
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def cached_probes(key: str) -> Optional[list[Probe]]:
+def cached_probes(key: str, say=None) -> Optional[list[Probe]]:
+    """The probes cached under `key`, or None: none cached, or figures no measurement gives
+    (a file edited or damaged), which are measured again rather than believed."""
     path = cache_dir() / f"{key}.json"
     try:
-        return [probe_from_dict(doc) for doc in json.loads(path.read_text())["probes"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        docs = json.loads(path.read_text())["probes"]
+        problem = next((found for found in map(probe_problem, docs) if found), None)
+        if problem is None:
+            return [probe_from_dict(doc) for doc in docs] or None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    if say is not None:
+        say(f"scaletrain: note: the cached measurements in {path} cannot be right ({problem}); measuring again")
+    return None
 
 
 def store_probes(key: str, probes: list[Probe]) -> None:

@@ -36,10 +36,10 @@ class PlanRounds:
 
 def measure(probe_jobs, min_rounds: int, budget_s: float, max_other_cores: float,
             error_of: Callable[[list], Optional[float]], max_error: float,
-            say: Callable[[str], None]) -> PlanRounds:
+            say: Callable[[str], None], what: str = "plan") -> PlanRounds:
     """Rounds of `probe_jobs` (make.ProbeJobs): at least `min_rounds` kept (2 where only one
     was asked and it is not decided), more while `error_of(probes)` exceeds `max_error` and
-    another round fits `budget_s`."""
+    another round fits `budget_s`. `what` is measuring, for the user ("plan")."""
     every: list = []  # every round's probe, the disturbed ones too
     job = probe_job(probe_jobs)  # bench's own job for the plan's measurements
 
@@ -61,8 +61,9 @@ def measure(probe_jobs, min_rounds: int, budget_s: float, max_other_cores: float
     stopped = Stopped(rounds.stopped_by) if rounds.stopped_by is not None else None
     if stopped is not None and not probes:
         # An outcome, not progress: on stderr whatever `say` does with progress lines.
-        print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} before its first probe round was complete; "
-              "nothing was predicted", file=sys.stderr, flush=True)
+        print(f"scaletrain: {what} stopped by {signal_name(stopped.signum)} before its first probe round was "
+              f"complete; {'nothing was predicted' if what == 'plan' else 'nothing was chosen or trained'}",
+              file=sys.stderr, flush=True)
         raise Stopped(stopped.signum, said=True)
     kept = {id(p) for p in probes}
     return PlanRounds(probes, [p for p in every if id(p) not in kept], rounds.left_out, rounds.stop_reason, stopped)
