@@ -133,7 +133,7 @@ def validate(config: TrainConfig, nproc: int):
 def resume_facts(config: TrainConfig, strategy, world_size: int) -> dict:
     """What a checkpoint to resume must agree with (see checkpoint.compat)."""
     return {"grad_accum": strategy.grad_accum, "batch_size": config.batch_size, "world_size": world_size,
-            "strategy": strategy.name}
+            "data_parallel_size": strategy.dims(world_size).dp_size, "strategy": strategy.name}
 
 
 def with_workload_defaults(config: TrainConfig) -> TrainConfig:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaletrain  # noqa: E402
 from composition_reference import LR, SEQUENCE, VOCAB, gpt, loss_fn  # noqa: E402
 
-STEPS, SAVE_AT = 4, 2
+STEPS, SAVE_AT, GLOBAL_BATCH = 4, 2, 8
 LAYOUTS = {"2d": ("fsdp", {"tp": 2}), "ddp": ("ddp", {}), "single": ("single", {}),
            "3d": ("pipeline", {"pp": 2, "dp_shard": 2, "tp": 2}),
            "tp": ("tp", {"tp": 2}), "pp_tp": ("pipeline", {"pp": 2, "tp": 2})}
@@ -72,8 +72,9 @@ def train(layout: str, phase: str, root: Path, checkpoint_layout: str, source: s
                 for p in model.parameters():
                     p.add_(1.0)
         model, optim = run.setup(model, optimizer(model))
-        # 4 sequences per process and step: a checkpoint keeps its batch size per process.
-        loader = run.loader(data(), batch_size=4, shuffle=True)
+        # 8 sequences a step in every layout (4 per process where 2 read different ones): the
+        # same global batches, so a layout that resumes trains on what the uninterrupted run did.
+        loader = run.loader(data(), batch_size=GLOBAL_BATCH // run.data_parallel_size, shuffle=True)
         here = root / layout / checkpoint_layout
         if phase == "across":
             here = here / f"from-{source}"
