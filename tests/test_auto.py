@@ -7,6 +7,7 @@ refused before measuring where nothing can keep them."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -119,3 +120,27 @@ def test_auto_on_several_nodes_without_hosts_is_refused_in_one_line(tmp_path):
     assert done.stderr.strip().splitlines() == [line for line in done.stderr.strip().splitlines()
                                                 if line.startswith("scaletrain: error: --strategy auto with --nnodes 2")]
     assert "--hosts" in done.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_auto_measures_speaks_of_auto(tmp_path):
+    """It spoke of "plan", a command the user never typed."""
+    import signal
+    import sys
+    import time
+
+    from tests.launch_helpers import finish_marked, start_marked
+
+    env = test_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc, token = start_marked([sys.executable, "-m", "scaletrain", "train", "--strategy", "auto", "--workload",
+                                "digits-mlp", "--nproc-per-node", "2", "--out", str(tmp_path / "run")], env)
+    deadline = time.monotonic() + 60
+    while "measuring" not in proc.stdout.readline():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+    time.sleep(1.0)  # inside the first probe job
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+    result, left = finish_marked(proc, token, timeout=60)
+    assert result.returncode == 130 and not left, result.stderr
+    assert "plan" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "--strategy auto's measurement stopped by SIGINT" in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()

@@ -69,6 +69,7 @@ class Watchdog:
         self._op: Optional[str] = None
         self._since = 0.0
         self._seq = 0
+        self._ops = 0  # watched operations entered: none yet means still starting up
         self._stop = threading.Event()
         self._verdict_lock = threading.Lock()
         self._snapshot: Optional[tuple[float, dict]] = None
@@ -98,6 +99,7 @@ class Watchdog:
         outer = self._op
         if outer is None:
             self._op, self._since = name, time.monotonic()
+            self._ops += 1
         try:
             yield
         except Exception as exc:
@@ -126,7 +128,8 @@ class Watchdog:
 
     def _beat(self) -> None:
         self._seq += 1
-        record = {"seq": self._seq, "step": self.step, "op": self._op, "t": time.time(), "pid": os.getpid()}
+        record = {"seq": self._seq, "step": self.step, "op": self._op, "t": time.time(), "pid": os.getpid(),
+                  "ops": self._ops}
         self._beat_store.set(self.prefix + str(self.rank), json.dumps(record))
 
     def _beat_loop(self) -> None:
@@ -206,9 +209,10 @@ class Watchdog:
                 never.append(r)
             elif a is not None and a["seq"] == b["seq"]:
                 age = max(gap, time.time() - b["t"])
-                silent[r] = f"pid {b['pid']}, silent for {age:.0f} s, last seen in {_where(b['op'], b['step'])}"
+                silent[r] = (f"pid {b['pid']}, silent for {age:.0f} s, last seen in "
+                             f"{_where(b['op'], b['step'], b.get('ops'))}")
             elif b["step"] != self.step or b["op"] != op:
-                behind[r] = f"alive but in {_where(b['op'], b['step'])}"
+                behind[r] = f"alive but in {_where(b['op'], b['step'], b.get('ops'))}"
         parts = []
         culprits = bool(silent or never or behind)
         if silent:
@@ -244,11 +248,12 @@ class Watchdog:
         os._exit(EXIT_PEER_LOST)
 
 
-def _where(op: Optional[str], step: int) -> str:
-    """'train step 6' (the step under way), 'evaluate after step 5', 'no operation after step 5'."""
+def _where(op: Optional[str], step: int, ops: Optional[int] = None) -> str:
+    """'train step 6' (the step under way), 'evaluate after step 5', 'no operation after step
+    5', 'start-up, before its first collective' (`ops`: watched operations it has entered)."""
     if op == "train step":
         return f"train step {step + 1}"
-    if op is None and step == 0:
+    if op is None and ops == 0:
         return "start-up, before its first collective"
     return f"{op or 'no collective'} after step {step}"
 

@@ -25,6 +25,7 @@ from urllib.parse import urlencode, urlparse
 
 import yaml
 
+from ..errors import UsageError
 from .base import flatten, numbers
 
 #: MLflow refuses longer parameter values.
@@ -146,10 +147,18 @@ class MlflowTracker:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(tracking_uri=self.uri)
         name = experiment_name()
-        with _opening_limits():
-            experiment = self.client.get_experiment_by_name(name)
-            experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-            self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        try:
+            with _opening_limits():
+                experiment = self.client.get_experiment_by_name(name)
+                experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
+                self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        except OSError:
+            raise  # a full disk under a file store: the trackers' own one line
+        except Exception as exc:  # noqa: BLE001 - whatever MLflow's client raised is the server's answer
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise UsageError(f"--tracker mlflow: {self.uri} did not take the run's first requests within "
+                             f"{ANSWER_S:g} s a try ({type(exc).__name__}: {first}); check the server, or train "
+                             "without it: --if-tracker-unreachable skip") from None
         self._last_step = 0
 
     @property

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from ..errors import UsageError
+from ..errors import AgreedError, UsageError
 from .gpt import lm_loss
 
 
@@ -111,7 +111,7 @@ def check_targets(task: Task, sample: Any) -> None:
               "regression": "float targets (the values to predict)",
               "lm": "a sequence of integer token ids per sample (the next tokens)"}[task.name]
     if fits != task.name and not (task.name == "regression" and target.is_floating_point()):
-        raise UsageError(f"--task {task.name} needs {wanted}, but the dataset's targets are {_describe(target)}; "
+        raise AgreedError(f"--task {task.name} needs {wanted}, but the dataset's targets are {_describe(target)}; "
                          f"give --task {fits} (or leave --task out: it is told from the samples)")
 
 
