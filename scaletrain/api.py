@@ -193,7 +193,7 @@ class Run(RunCollectives):
         return ShardedLoader(dataset, batch_size, shard=self.data_parallel_rank, num_shards=self.data_parallel_size,
                              shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
-                             device=self.device, **loader_kwargs)
+                             device=self.device, watch=self.watch, **loader_kwargs)
 
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, targets: Any = NO_TARGETS,
                    loss_fn: Optional[Callable] = None, *, scheduler: Any = None,
