@@ -32,12 +32,14 @@ from .backends import choose_backend
 from .batches import NO_TARGETS
 from . import evaluation
 from .checkpoint import DEFAULT_KEEP, Checkpointer
+from .checkpoint.background import BackgroundSaves
 from .context import ProcessContext
 from .data import ShardedLoader
 from .defaults import HANG_TIMEOUT_S
 from .devices import choose_device, pin_cores, threads_per_process
 from .environment import DistEnv, detect
 from .errors import UsageError, arg
+from .fault.evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
 from .memory import MemoryMeter
 from .steady_memory import make_steady, wanted
@@ -79,6 +81,7 @@ class Run(RunCollectives):
         self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
         self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
         self.memory = MemoryMeter(ctx.device)  # made again once the process group is up (init)
+        self.background_saves = BackgroundSaves()  # the one checkpoint written in the background, if any
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -330,25 +333,30 @@ class Run(RunCollectives):
             self.memory.reset_peak()
 
     # -- communication helpers ----------------------------------------------------------
-    def watch(self, name: str):
+    def watch(self, name: str, nbytes: Optional[int] = None):
         """Context for a blocking operation of your own (a collective, a wait on peers): if
-        it outlasts the timeout while a peer is silent or elsewhere, that peer is named and
-        this process exits (see docs/fault-tolerance.md). train_step, evaluate, sum, mean,
-        barrier and checkpoints are watched already."""
-        return self._watchdog.op(name) if self._watchdog is not None else contextlib.nullcontext()
+        it outlasts the timeout while a peer is silent or elsewhere, that peer is named, every
+        rank's stacks and last collectives are written into the run's folder, and this process
+        exits (see docs/fault-tolerance.md). `nbytes`: what it carries, for that record.
+        train_step, evaluate, sum, mean, barrier and checkpoints are watched already."""
+        return self._watchdog.op(name, nbytes) if self._watchdog is not None else contextlib.nullcontext()
 
     # -- checkpoints --------------------------------------------------------------------
-    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto") -> Checkpointer:
+    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto",
+                     asynchronous: bool = False) -> Checkpointer:
         """A Checkpointer writing into `directory` (keeps the newest `keep` checkpoints;
-        layout "full", "sharded" or "auto": sharded for a large sharded model)."""
-        return Checkpointer(self, Path(directory), keep, layout)
+        layout "full", "sharded" or "auto": sharded for a large sharded model).
+        `asynchronous=True`: each save returns once the state is in host memory, and the files
+        are written while training goes on (one at a time; `run.close()` waits for the last)."""
+        return Checkpointer(self, Path(directory), keep, layout, asynchronous=asynchronous)
 
     def save_checkpoint(self, directory, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
                         step: Optional[int] = None, scheduler=None, loader=None, extra: Optional[dict] = None,
-                        keep: int = DEFAULT_KEEP, layout: str = "auto") -> Path:
+                        keep: int = DEFAULT_KEEP, layout: str = "auto", asynchronous: bool = False) -> Path:
         """Saves model, optimizer, schedule, loader position, every rank's RNG state and the
-        step into `directory`/step-N atomically. Every rank must call it."""
-        return self.checkpointer(directory, keep, layout).save(
+        step into `directory`/step-N atomically. Every rank must call it. `asynchronous`:
+        as `run.checkpointer`'s (the path returned is complete once written)."""
+        return self.checkpointer(directory, keep, layout, asynchronous).save(
             self.steps_taken if step is None else step, model, optimizer, scheduler=scheduler, loader=loader,
             extra=extra)
 
@@ -422,6 +430,7 @@ class Run(RunCollectives):
         if not self._closed:
             self._closed = True
             self.trackers.finish()  # flushed and closed even when the loop did not finish them
+            self._finish_background_save()
             if self._watchdog is not None:
                 self._watchdog.stop()
             # Gloo's worker threads free a finished collective's tensors and need the GIL to
@@ -431,6 +440,19 @@ class Run(RunCollectives):
             time.sleep(0.05)
             process_group.destroy_process_group(self._owns_group)
             time.sleep(0.05)
+
+    def _finish_background_save(self) -> None:
+        """A checkpoint still being written is finished before the process group goes (its
+        thread talks over it); one that failed and was never reported is said here."""
+        if not self.background_saves.unsettled:
+            return
+        step = self.background_saves.step
+        outcome, _ = self.background_saves.settle()
+        if isinstance(outcome, BaseException):
+            import sys
+
+            print(f"scaletrain: error: the checkpoint of step {step} could not be written: {outcome}; the previous "
+                  "checkpoint is kept", file=sys.stderr, flush=True)
 
     def __enter__(self) -> "Run":
         return self
@@ -469,7 +491,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
          tracker_dir: Optional[str | Path] = None, steady_memory: Optional[bool] = None,
-         **strategy_options: Any) -> Run:
+         dump_dir: Optional[str | Path] = None, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
@@ -481,7 +503,9 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     "mlflow", "csv") or tracker objects, opened on rank 0 and writing under `tracker_dir`
     (default: a new folder under runs/); see `run.log`. `steady_memory`: give freed tensors of
     2 MB and more back to the system at once, so that a CPU process's resident memory is what
-    it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says)."""
+    it holds (see `steady_memory`; None: as $SCALETRAIN_STEADY_MEMORY says). `dump_dir`: where
+    a hang's evidence goes, every rank's stacks and last collectives in `hang-<attempt>/`
+    (default: `tracker_dir`, else `runs/`)."""
     env = detect(os.environ if environ is None else environ)
     if wanted(steady_memory, os.environ if environ is None else environ):
         make_steady()  # before the model and the data: every large tensor from here on
@@ -503,8 +527,11 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     run = Run(env, strat, ctx, owns_group=False, seed=seed or 0)
     run.cores = cores
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
+    enable_flight_recorder()  # torch records the group's collectives, for a hang's evidence
     run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
-    run._watchdog = start_watchdog(env, wait)
+    dumps = Path(dump_dir) if dump_dir is not None else Path(tracker_dir) if tracker_dir is not None else Path("runs")
+    run._watchdog = start_watchdog(env, wait, dumps.absolute())
+    run.background_saves.timeout = backstop_timeout(wait)
     run.memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .errors import UsageError
+from .values import AUTO
 
 KNOWN_BACKENDS = ("gloo", "nccl", "mpi", "ccl")
 
@@ -38,7 +39,7 @@ def usable_backends() -> list[str]:
 
 def choose_backend(requested: str | None, device_type: str) -> str:
     """The backend to use: the requested one if usable, else the device's natural one."""
-    if requested in (None, "", "auto"):
+    if requested in (None, "", AUTO):
         return "nccl" if device_type == "cuda" else "gloo"
     if requested not in KNOWN_BACKENDS:
         raise UsageError(f"unknown backend {requested!r}; choose one of: {', '.join(KNOWN_BACKENDS)} (or leave --backend out)")

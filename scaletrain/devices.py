@@ -8,6 +8,7 @@ import torch
 
 from .cores import cpu_cores
 from .errors import UsageError
+from .values import AUTO
 
 __all__ = ["cpu_cores", "threads_per_process", "choose_device", "core_set", "pin_cores"]
 
@@ -24,7 +25,7 @@ def threads_per_process(local_world_size: int, requested: int | None = None) -> 
 
 def choose_device(requested: str | None, local_rank: int) -> torch.device:
     """One device per process, picked by the local rank: cuda:<local_rank> when CUDA is here."""
-    if requested in (None, "", "auto"):
+    if requested in (None, "", AUTO):
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank % torch.cuda.device_count())
         return torch.device("cpu")

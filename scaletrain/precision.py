@@ -15,8 +15,9 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-#: precision name -> the dtype the forward runs in (None: fp32, no autocast).
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: precision name -> the dtype the forward runs in (None: fp32, no autocast). float8: the
+#: linear layers' products in float8 (parallel/float8.py), everything else in bf16.
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "float8": torch.bfloat16}
 
 
 class LossScaler:

@@ -19,7 +19,7 @@ class RunCollectives:
 
     def _all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         if _distributed():
-            with self.watch("all-reduce"):
+            with self.watch("all-reduce", tensor.numel() * tensor.element_size()):
                 dist.all_reduce(tensor, op=op)
         return tensor
 

@@ -116,3 +116,8 @@ def _shell_text(words) -> str:
 
 
 shell_words.to_text = _shell_text  # how a configuration file records it (read back by shell_words)
+
+
+#: The value of a setting that scaletrain works out itself (--device, --backend, --launcher,
+#: --resume, --meta-init, --checkpoint-layout, --task): not the `auto` strategy.
+AUTO = "auto"

@@ -108,3 +108,29 @@ def test_models_not_set_up_once_are_refused_in_one_line_at_world_size_2():
     errors = result.stderr.strip().splitlines()
     assert len(errors) == 1 and "never given to run.setup" in errors[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_float8_is_refused_in_one_line_where_it_cannot_run():
+    """On a CPU (here); on a GPU without float8 hardware; without torchao (checked as a GPU
+    with float8 would be, naming the pip line)."""
+    import builtins
+
+    from scaletrain.errors import UsageError
+    from scaletrain.parallel.float8 import float8_problem
+
+    with pytest.raises(UsageError, match=r"precision='float8'.*but this run is on the cpu: use precision='bf16'"):
+        scaletrain.init(strategy="single", precision="float8")
+    old = float8_problem("cuda", (8, 0), "NVIDIA A100-SXM4-80GB")
+    assert "NVIDIA A100-SXM4-80GB (compute capability 8.0)" in old and "\n" not in old
+    real_import = builtins.__import__
+
+    def no_torchao(name, *args, **kwargs):
+        if name.startswith("torchao"):
+            raise ImportError("No module named 'torchao'")
+        return real_import(name, *args, **kwargs)
+    builtins.__import__ = no_torchao
+    try:
+        missing = float8_problem("cuda", (9, 0), "NVIDIA H100 80GB HBM3")
+    finally:
+        builtins.__import__ = real_import
+    assert "pip install torchao" in missing and "\n" not in missing

@@ -46,7 +46,7 @@ def cached_figures_are_checked(folder, monkeypatch_home):
     once) is measured again, with a note, instead of believed; an intact one is used."""
     import os
 
-    from scaletrain.plan.choose import cached_probes
+    from scaletrain.plan.evidence import cached_probes
 
     (path,) = folder.glob("*.json")
     intact = path.read_text()
@@ -72,14 +72,16 @@ def cached_figures_are_checked(folder, monkeypatch_home):
 
 def test_the_cache_of_measurements_tells_steady_memory_apart(monkeypatch):
     """--steady-memory changes a process's speed and peak: its measurements are cached apart."""
-    from scaletrain.plan.choose import cache_key
+    from scaletrain.plan import Candidates, Measuring, PlanRequest, Training, default_machine
+    from scaletrain.plan.evidence import cache_key
     from scaletrain.steady_memory import STEADY_MEMORY_VAR
 
-    spec = {"workload": "digits-mlp", "batch_size": 32, "seed": 0}
+    request = PlanRequest(Training("digits-mlp"), default_machine("cpu", 2), Candidates(choose=2),
+                          Measuring(cached=True))
     monkeypatch.delenv(STEADY_MEMORY_VAR, raising=False)
-    plain = cache_key(spec, 2, 2, "cpu", 2)
+    plain = cache_key(request, "cpu")
     monkeypatch.setenv(STEADY_MEMORY_VAR, "1")
-    assert cache_key(spec, 2, 2, "cpu", 2) != plain
+    assert cache_key(request, "cpu") != plain
 
 
 def test_degrees_given_beside_auto_are_kept_or_refused_before_measuring():
@@ -89,7 +91,6 @@ def test_degrees_given_beside_auto_are_kept_or_refused_before_measuring():
     import torch
 
     from scaletrain.errors import UsageError
-    from scaletrain.plan.choose import candidates
     from scaletrain.plan.constraints import Constraints, check_possible
     from scaletrain.workloads import get_workload
 
@@ -97,9 +98,11 @@ def test_degrees_given_beside_auto_are_kept_or_refused_before_measuring():
         with torch.device("meta"):
             return get_workload(name).build_model()
 
+    on_two = [("ddp", {}), ("fsdp", {}), ("tp", {"tp": 2}), ("pipeline", {"pp": 2, "microbatches": 4}),
+              ("fsdp", {"activation_checkpointing": "full"}), ("tp", {"tp": 2, "activation_checkpointing": "full"})]
     tp2 = Constraints.given({"tp": 2})
-    kept = [c for c in candidates(2, 32, 4, True) if tp2.keeps(*c, 2)]
-    assert kept and all(name == "tp" and options["tp"] == 2 for name, options in kept), kept
+    kept = [c for c in on_two if tp2.keeps(*c, 2)]
+    assert kept == [("tp", {"tp": 2}), ("tp", {"tp": 2, "activation_checkpointing": "full"})], kept
     check_possible(tp2, 2, meta("stdlib-gpt"), 32)
     for constraints, world, words in ((tp2, 2, "no tensor-parallel plan"), (Constraints.given({"tp": 3}), 2, "tp"),
                                       (Constraints.given({"pp": 2}, ("ddp",)), 2, "--strategy ddp")):
@@ -107,8 +110,10 @@ def test_degrees_given_beside_auto_are_kept_or_refused_before_measuring():
             check_possible(constraints, world, meta("digits-cnn"), 32)
         assert words in refused.value.for_command_line({"tp": "--tp", "pp": "--pp", "strategy": "--strategy"}), \
             refused.value.raw
+    on_four = [("ddp", {}), ("fsdp", {}), ("fsdp", {"dp_replicate": 2}), ("pipeline", {"pp": 2, "dp_shard": 2}),
+               ("fsdp", {"dp_replicate": 2, "activation_checkpointing": "full"})]
     fsdp_replicas = Constraints.given({"dp_replicate": 2}, ("fsdp",))
-    assert [c for c in candidates(4, 32, 4, False) if fsdp_replicas.keeps(*c, 4)] == \
+    assert [c for c in on_four if fsdp_replicas.keeps(*c, 4)] == \
         [("fsdp", {"dp_replicate": 2}), ("fsdp", {"dp_replicate": 2, "activation_checkpointing": "full"})]
 
 

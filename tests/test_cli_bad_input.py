@@ -70,6 +70,7 @@ CASES = [
     ("backend-unknown", ["--backend", "smoke"], {}, "invalid choice"),
     ("device-cuda-missing", ["--device", "cuda"], {}, "no CUDA device"),
     ("device-unknown", ["--device", "tpu"], {}, "unknown device"),
+    ("float8-on-cpu", ["--precision", "float8"], {}, "on GPUs with float8 hardware (compute capability 8.9"),
     ("workload-unknown", ["--workload", "imagenet"], {}, "invalid choice"),
     ("model-not-importable", ["--model", "no_such_module_xyz:build"], {}, "cannot import"),
     ("model-no-colon", ["--model", "just_a_name"], {}, "expected module:function"),

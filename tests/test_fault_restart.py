@@ -1,6 +1,7 @@
 """A worker killed mid-epoch: with --max-restarts the group restarts by itself, resumes from
 the last checkpoint and ends with exactly the parameters of an uninterrupted run, whether
-scaletrain's spawn launcher or torchrun's agent does the restarting."""
+scaletrain's spawn launcher or torchrun's agent does the restarting (the former with
+asynchronous checkpoints)."""
 
 from __future__ import annotations
 
@@ -56,9 +57,10 @@ def resumed_step(stdout: str) -> int:
 
 
 def test_spawn_restarts_after_sigkill_and_matches_uninterrupted_run(tmp_path, reference):
+    """With asynchronous checkpoints (written while training goes on): the same end."""
     out = tmp_path / "run"
     with Background(scaletrain_argv("train", "--nproc-per-node", "2", *FLAGS, "--max-restarts", "1",
-                                    "--out", str(out))) as job:
+                                    "--checkpoint-async", "--out", str(out))) as job:
         kill_one_worker_after_first_checkpoint(job, out, spawned_workers)
         status, stdout, stderr = job.finish(timeout=200)
     assert status == 0, f"{stdout}\n{stderr}"

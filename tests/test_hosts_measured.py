@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from scaletrain.cli.plan_cmd import hosts_for
+from scaletrain.cli.measure_options import hosts_for
 from scaletrain.errors import UsageError
 from scaletrain.measure.jobs import Hosts, hosts_from_args
 from scaletrain.plan.machine import default_machine

@@ -5,7 +5,7 @@ import pytest
 
 from scaletrain.measure.footprint import Footprint
 from scaletrain.plan import formulas as f
-from scaletrain.plan.cost_models import ddp_comm
+from scaletrain.plan.costs.data_parallel import ddp_comm
 from scaletrain.plan.predict import predict
 from scaletrain.plan.probe import Compute, Link, Probe, probe_from_dict
 from scaletrain.plan.scenario import scenario

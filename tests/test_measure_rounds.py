@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from scaletrain.bench.rounds import Job, Limits, keep_going, run_rounds
+from scaletrain.measure.rounds import Job, Limits, keep_going, run_rounds
 from scaletrain.measure.machine_load import LoadMeter
 
 BURN = "import time\nwhile time.process_time() < {s}: pass"  # burns {s} CPU seconds

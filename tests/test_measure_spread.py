@@ -9,7 +9,7 @@ from scipy import stats
 
 from scaletrain.bench.combine import combine, jsonable, reference_key
 from scaletrain.bench.configs import bench_configs
-from scaletrain.bench.rounds import Limits, keep_going
+from scaletrain.measure.rounds import Limits, keep_going
 from scaletrain.bench.verdict import CANNOT_TELL, NOT_WORTH_IT, WORTH_IT, decide
 from scaletrain.measure.spread import paired_ratios, plain_spread, ratio_spread, t_quantile
 

@@ -81,7 +81,9 @@ def test_plan_memory_counts_shares_checkpointing_and_fsdp_gathers():
     from tests.test_measure_cost_models import probe as hand_probe
 
     from scaletrain.plan.configuration import configuration
-    from scaletrain.plan.memory_model import FSDP_GATHERED_BLOCKS, RECOMPUTE_HEIGHT, in_use, peak_bytes
+    from scaletrain.plan.costs.activation_checkpointing import RECOMPUTE_HEIGHT
+    from scaletrain.plan.costs.data_parallel import FSDP_GATHERED_BLOCKS
+    from scaletrain.plan.costs.memory import in_use, peak_bytes
 
     from dataclasses import replace
 

@@ -134,7 +134,7 @@ def test_a_real_tensor_parallel_step_sets_what_tensor_parallel_adds(cores):
 def test_the_measured_tensor_parallel_step_replaces_the_mesh_of_one_figure():
     from dataclasses import replace
 
-    from scaletrain.plan.cost_models import tp_machinery_seconds
+    from scaletrain.plan.costs.tensor_parallel import machinery_seconds as tp_machinery_seconds
     from scaletrain.plan.predict import predict
     from scaletrain.plan.probe import MeshStep, probe_from_dict
 
@@ -160,7 +160,7 @@ def test_the_measured_fsdp_step_across_the_hosts_is_added_for_the_bytes_gathered
     # configuration on one machine gets none of it.
     from dataclasses import replace
 
-    from scaletrain.plan.cost_models import fsdp_network_seconds
+    from scaletrain.plan.costs.data_parallel import fsdp_network_seconds
     from scaletrain.plan.predict import predict
     from scaletrain.plan.probe import Link, MeshStep, probe_from_dict
 

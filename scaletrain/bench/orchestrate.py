@@ -1,5 +1,5 @@
-"""The jobs a bench runs every round: each configuration in fresh processes, and the plan's
-measurements for the predictions.
+"""The jobs a bench runs every round: each configuration in fresh processes, and a plan of
+them from that round's own measurements.
 
 Each configuration is a job of its own (spawn), so that no configuration inherits another's
 threads, memory or process group, and each round starts every job afresh: what a process
@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..measure.failed import measurement_failed
 from ..measure.jobs import run_job
-from .rounds import Job
+from ..measure.rounds import Job
 from .spec import BenchSettings, RunSpec, to_argv
 
 RESULT_FILE = "result.json"
@@ -51,16 +51,23 @@ def config_job(settings: BenchSettings, spec: RunSpec, hosts=None) -> Job:
     return Job(spec.key, run, _config_line)
 
 
-def probe_job(probe_plan) -> Job:
+def plan_job(request) -> Job:
+    """Each round, a plan of the configurations from that round's own measurements (made in
+    this round, in its alternating order): what its predictions are compared with."""
+    from dataclasses import replace
+
+    from ..plan import OneRound, make_plan
+
     def run(folder: Path, round_index: int) -> dict:
-        return {"probe": probe_plan.run_round(folder, reverse=round_index % 2 == 1)}
+        one = replace(request.measuring, one_round=OneRound(folder, reverse=round_index % 2 == 1))
+        plan = make_plan(replace(request, measuring=one))
+        return {"probe": plan.probes[0], "plan": plan}
 
     return Job(PROBE_KEY, run, _probe_line)
 
 
-def bench_jobs(settings: BenchSettings, configs: list[RunSpec], probe_plan: Optional[object],
-               hosts=None) -> list[Job]:
+def bench_jobs(settings: BenchSettings, configs: list[RunSpec], plan: Optional[object], hosts=None) -> list[Job]:
     """The plan's measurements first (when predicting), then the configurations (those of
     several processes across `hosts`, measure.jobs.Hosts, when given)."""
     jobs = [config_job(settings, spec, hosts) for spec in configs]
-    return ([probe_job(probe_plan)] if probe_plan is not None else []) + jobs
+    return ([plan_job(plan)] if plan is not None else []) + jobs

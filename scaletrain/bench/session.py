@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from .combine import combine, jsonable
 from .orchestrate import PROBE_KEY, bench_jobs
-from .rounds import Limits, Rounds, run_rounds
+from ..measure.rounds import Limits, Rounds, run_rounds
 from .spec import BenchSettings, RunSpec
 from .verdict import Verdict, decide
 
@@ -23,28 +23,25 @@ class Session:
     notes: list
     limits: Limits
     worth_at: float
-    machine: object
-    """The plan's Machine (where processes run), for the predictions."""
-    probe_plan: Optional[object]
-    """What each round's plan measurements run; None: no predictions (--no-predict)."""
+    plan: Optional[object]
+    """The plan's request for the configurations' predictions (scaletrain.plan.PlanRequest), whose
+    measurements each round makes; None: no predictions (--no-predict)."""
     out: Path
     hosts: Optional[object] = None
     """measure.jobs.Hosts the jobs of several processes span; None: this machine."""
 
 
-def predictions_per_round(configs: list[RunSpec], probes: list[dict], machine) -> dict[str, list]:
+def predictions_per_round(configs: list[RunSpec], rounds: list[dict]) -> dict[str, list]:
     """For every configuration, the plan's prediction from each round's measurements."""
-    from ..plan.predict import predict
-
-    return {spec.key: [predict(result["probe"], spec.strategy, spec.world_size, machine, spec.options)
-                       for result in probes] for spec in configs}
+    return {spec.key: [result["plan"].prediction_for(spec.strategy, spec.world_size, spec.options)
+                       for result in rounds] for spec in configs}
 
 
 def _analyse(session: Session, results: dict[str, list[dict]], budget_note: str = ""
              ) -> tuple[list[dict], Optional[str], Verdict]:
     configs = session.configs
     probes = results.get(PROBE_KEY) or []
-    predictions = predictions_per_round(configs, probes, session.machine) if probes else None
+    predictions = predictions_per_round(configs, probes) if probes else None
     rows, reference = combine(configs, {s.key: results[s.key] for s in configs}, predictions)
     ref_row = next((r for r in rows if r["label"] == reference), None)
     return rows, reference, decide(rows, ref_row, session.worth_at, budget_note)
@@ -62,7 +59,7 @@ def measure(session: Session, say: Callable[[str], None]) -> Rounds:
                 f"{verdict.kind or 'no verdict'}")
         return verdict.decided
 
-    jobs = bench_jobs(session.settings, session.configs, session.probe_plan, session.hosts)
+    jobs = bench_jobs(session.settings, session.configs, session.plan, session.hosts)
     return run_rounds(jobs, session.out, session.limits, decided_after, say)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..defaults import BENCH_MEASURE_S
+from ..strategies.flags import option_flags
 
 
 @dataclass(frozen=True)
@@ -74,26 +75,3 @@ def to_argv(settings: BenchSettings, spec: RunSpec) -> list[str]:
     if settings.accuracy:
         argv.append("--accuracy")
     return argv + option_flags(spec.options)
-
-
-def option_flags(options: dict) -> list[str]:
-    """Strategy options as the flags that give them (`{"microbatches": 8}` -> `--microbatches 8`;
-    a switch, an option whose default is false, as the bare flag)."""
-    from ..options import declared
-    from ..strategies import REGISTRY
-
-    switches = {f.name for cls in REGISTRY.values() for f in declared(cls.Options) if f.default is False}
-    argv = []
-    for name, value in options.items():
-        flag = "--" + name.replace("_", "-")
-        if name in switches:
-            argv += [flag] if value else []
-        elif isinstance(value, bool):
-            argv += [flag, str(value).lower()]
-        elif value is not None:
-            argv += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
-    return argv
-
-
-def field_names(cls) -> list[str]:
-    return [f.name for f in fields(cls)]

@@ -30,9 +30,10 @@ from ..context import ProcessContext
 from ..defaults import KEEP_CHECKPOINTS, SHARDED_CHECKPOINT_MIN_BYTES
 from ..files import write_json_atomic
 from ..version import __version__
-from . import checksums, compat, layout, sharded
+from . import async_save, checksums, compat, layout, sharded
 from .rng import capture_rng, restore_rng
 from .safe_io import FORMAT, CheckpointError, load_state, save_state
+from ..values import AUTO
 
 DEFAULT_KEEP = KEEP_CHECKPOINTS
 LAYOUTS = ("auto", "full", "sharded")
@@ -55,6 +56,9 @@ class Host(Protocol):
     topology: Any  # parallel.Topology: whether the processes hold shards of the model
     steps_taken: int
     scaler: Any  # precision.LossScaler: fp16's loss scale is part of the training state
+    background_saves: Any  # background.BackgroundSaves: the run's one checkpoint written in the background
+
+    def print(self, *args, **kwargs) -> None: ...
 
     def state_owner(self, model: nn.Module) -> StateOwner: ...
 
@@ -74,12 +78,22 @@ class Checkpointer:
         ckpt.save(step, model, optimizer, loader=loader)
 
     Every rank must make the same calls (they are collective). `layout`: "full", "sharded"
-    or "auto" (sharded for a large sharded model, else full)."""
+    or "auto" (sharded for a large sharded model, else full; asynchronous: sharded for any
+    sharded model, whose gathering onto rank 0 would stop training).
 
-    def __init__(self, host: Host, directory: Path, keep: int = DEFAULT_KEEP, layout_name: str = "auto"):
+    `asynchronous=True`: `save` returns once the state is copied into host memory and the
+    files are written while training goes on (async_save.py); the checkpoint becomes the
+    newest when it is complete. At most one is written at a time: the next save (or `load`,
+    or `wait`) waits for it, and raises CheckpointError if it could not be written. The run
+    waits for it at its end (`run.close()`); the interpreter too."""
+
+    def __init__(self, host: Host, directory: Path, keep: int = DEFAULT_KEEP, layout_name: str = "auto",
+                 asynchronous: bool = False, say: Optional[Callable[[str], None]] = None):
         if layout_name not in LAYOUTS:
             raise CheckpointError(f"checkpoint layout {layout_name!r}: choose one of {', '.join(LAYOUTS)}")
         self.host, self.directory, self.keep, self.layout = host, Path(directory), keep, layout_name
+        self.asynchronous = asynchronous
+        self.say = say or (lambda line: host.print(line))
 
     # -- saving -----------------------------------------------------------------------
     def save(self, step: int, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
@@ -91,16 +105,36 @@ class Checkpointer:
                                   f"{accum} of gradient accumulation (its gradients would be lost); save after the "
                                   "optimizer step")
         with self.host.watch("checkpoint save"):
+            async_save.settle(self, f"the checkpoint at step {step}")
             owner = self.host.state_owner(model)
             small = self._small_state(step, scheduler, loader, extra)
+            if self.asynchronous:
+                save = async_save.save_sharded if self._sharded(owner) else async_save.save_full
+                return save(self, step, owner, optimizer, small)
             if self._sharded(owner):
                 return self._save_sharded(step, owner, optimizer, small)
             return self._save_full(step, owner, optimizer, small)
 
+    def wait(self) -> Optional[Path]:
+        """Waits for the checkpoint being written in the background, if any (every rank must
+        call it); raises CheckpointError if it could not be written. Returns the newest
+        complete checkpoint."""
+        with self.host.watch("checkpoint wait"):
+            async_save.settle(self, "the end of training")
+        return layout.latest_checkpoint(self.directory)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a checkpoint is being written in the background right now."""
+        saves = self.host.background_saves
+        return saves is not None and saves.in_flight
+
     def _sharded(self, owner: StateOwner) -> bool:
-        if self.layout != "auto":
+        if self.layout != AUTO:
             return self.layout == "sharded"
         shards = self.host.topology.shards_state  # no process holds the whole model
+        if shards and self.asynchronous:  # gathering the whole state onto rank 0 would stop training
+            return True
         state_bytes = 3 * sum(p.numel() * p.element_size() for p in owner.module.parameters())  # + Adam's two
         return bool(shards) and state_bytes >= SHARDED_CHECKPOINT_MIN_BYTES
 
@@ -233,6 +267,7 @@ class Checkpointer:
         Returns {"path", "step", "loader", "extra", "world_size", "notes"}, or None when
         `source` is "auto" and there is nothing to resume from."""
         with self.host.watch("checkpoint load"):
+            async_save.settle(self, "loading a checkpoint")
             header, state = self._choose(source, loader) if self.host.ctx.rank == 0 else (None, None)
             header = collectives.broadcast_from_rank0(header)
             if isinstance(header, Exception):
@@ -260,7 +295,7 @@ class Checkpointer:
     def _choose(self, source, loader) -> tuple[Any, Optional[dict]]:
         """Rank 0: (the first candidate that verifies and fits this run, as a header for all
         ranks — or None, or the error every rank raises; the state read from it)."""
-        auto = str(source) == "auto"
+        auto = str(source) == AUTO
         found, notes = layout.candidates(self.directory) if auto else layout.source_candidates(Path(source))
         if not found:
             if auto:

@@ -52,7 +52,7 @@ def save(tensors: dict, folder: Path) -> None:
     try:
         dcp.save(tensors, storage_writer=FileSystemWriter(folder, single_file_per_rank=True, sync_files=True))
     except CheckpointException as exc:
-        raise OSError(_first_failure(exc)) from None
+        raise OSError(first_failure(exc)) from None
 
 
 def load(template: dict, folder: Path) -> None:
@@ -67,7 +67,7 @@ def load(template: dict, folder: Path) -> None:
     try:
         dcp.load(template, storage_reader=SafeReader(folder), planner=SafeLoadPlanner())
     except CheckpointException as exc:
-        raise CheckpointError(f"cannot read the shards in {folder}: {_first_failure(exc)}") from None
+        raise CheckpointError(f"cannot read the shards in {folder}: {first_failure(exc)}") from None
 
 
 def shard_files(folder: Path, rank: int) -> list[str]:
@@ -90,7 +90,7 @@ def files_named_in_metadata(folder: Path) -> set[str]:
     return {info.relative_path for info in (metadata.storage_data or {}).values()}
 
 
-def _first_failure(exc: Exception) -> str:
+def first_failure(exc: Exception) -> str:
     failures = getattr(exc, "failures", {}) or {}
     for rank, failure in sorted(failures.items()):
         return f"rank {rank}: {failure}"

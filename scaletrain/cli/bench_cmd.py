@@ -20,9 +20,11 @@ from ..defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
 from ..errors import UsageError
 from .parsing import positive_float, positive_int
 from .perf_options import add_steady_memory_argument, apply_steady_memory
-from .plan_cmd import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, add_prediction_arguments, parse_int_list,
-                       parse_strategies)
+from .measure_options import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments,
+                              add_prediction_arguments, check_comm_file, hosts_for, machine_of, parse_int_list,
+                              parse_strategies)
 from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
+from ..values import AUTO
 
 NAME = "bench"
 HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies against one process"
@@ -75,8 +77,8 @@ def settings_from_args(args: argparse.Namespace):
                          steps=args.steps, warmup=args.warmup, min_seconds=args.min_seconds,
                          accuracy=args.accuracy, epochs=args.epochs,
                          lr=args.lr, lr_warmup_steps=args.lr_warmup_steps, seed=args.seed,
-                         backend=None if args.backend == "auto" else args.backend,
-                         device=None if args.device == "auto" else args.device,
+                         backend=None if args.backend == AUTO else args.backend,
+                         device=None if args.device == AUTO else args.device,
                          strategy_options=strategy_options_from_args(args))
 
 
@@ -126,8 +128,8 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     from ..backends import choose_backend
     from ..bench.configs import bench_configs
     from ..devices import choose_device, cpu_cores
+    from ..workloads import get_workload
     from .outdir import check_out, create_out, default_out
-    from .plan_cmd import hosts_for, machine_from_args, workload_from_args
 
     strategies = parse_strategies(args.strategy)
     hosts = hosts_for(args, "1,2")
@@ -136,20 +138,22 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     rules = parse_rules(args.lr_scaling, args.accuracy)
     device = choose_device(settings.device, 0)
     choose_backend(settings.backend, device.type)
-    args.workload = settings.workload
-    workload = workload_from_args(args)
+    workload = get_workload(settings.workload, args.model, args.dataset)
+    if args.model:
+        workload.build_model()  # a broken factory fails here, in one line, before anything runs
+    if args.dataset:
+        workload.build_datasets(args.seed)
     configs, notes = bench_configs(strategies, world_sizes, rules, cpu_cores() if device.type == "cpu" else None,
                                    settings.accuracy, settings.strategy_options)
     if len(configs) < 2:
         raise UsageError(f"nothing to compare with the baseline: {'; '.join(notes) or 'no configuration'}; "
                          "use --strategy ddp --world-sizes 1,2")
-    if args.nproc_per_node is None and device.type == "cpu":
-        args.nproc_per_node = max(world_sizes)  # bench runs every configuration on this one machine
-    machine = machine_from_args(args, device.type)
-    if args.comm is not None and not args.comm.is_file():
-        raise UsageError(f"--comm {args.comm}: no such file; make it with `scaletrain comm --ops all_reduce --json`")
+    # bench runs every configuration on this one machine (on a CPU: its processes share it)
+    nproc = args.nproc_per_node or (max(world_sizes) if device.type == "cpu" else None)
+    machine = machine_of(args, device.type, nproc)
+    check_comm_file(args.comm)
     out = create_out(check_out(args.out or default_out("bench", max(world_sizes))))
-    return measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, device.type, out, hosts)
+    return measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, out, hosts)
 
 
 def check_options_apply(strategies: list[str], options: dict) -> None:
@@ -175,14 +179,13 @@ def check_options_apply(strategies: list[str], options: dict) -> None:
         raise UsageError(f"{listed}, and none of --strategy {','.join(strategies)} takes it; add one that does or drop it")
 
 
-def measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, device_type, out: Path,
-                       hosts=None) -> int:
-    from ..bench.rounds import Limits
+def measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, out: Path, hosts=None) -> int:
     from ..bench.session import Session, measure, report
-    from ..plan.make import probe_plan
-    from ..plan.probe import load_comm_json
+    from ..measure.rounds import Limits
+    from ..plan import Candidates, Measuring, PlanRequest
+    from ..strategies import REGISTRY
     from ..version import __version__
-    from .plan_cmd import probe_spec
+    from .measure_options import training_of
 
     import torch
 
@@ -198,11 +201,14 @@ def measure_and_report(args, settings, workload, configs, notes, world_sizes, ma
     for note in notes:
         say(f"  note: {note}")
     plan = None
-    if not args.no_predict:
-        link = load_comm_json(args.comm) if args.comm is not None else None
-        spec = {**probe_spec(args, settings.workload), "steps": settings.steps, "warmup": settings.warmup}
-        plan = probe_plan(workload.name, spec, world_sizes, machine, device_type, link, hosts)
-    session = Session(settings, configs, notes, limits, args.worth_at, machine, plan, out, hosts)
+    if not args.no_predict:  # each round also measures what the plan's predictions of the configurations rest on
+        listed = tuple((s.strategy, s.world_size, s.options) for s in configs if REGISTRY[s.strategy].plannable)
+        plan = PlanRequest(training_of(args, settings.workload), machine,
+                           Candidates(world_sizes=tuple(world_sizes), listed=listed),
+                           Measuring(settings.device, settings.backend, settings.steps, settings.warmup,
+                                     settings.min_seconds, comm=args.comm, hosts=hosts,
+                                     microbatches=getattr(args, "microbatches", None)))
+    session = Session(settings, configs, notes, limits, args.worth_at, plan, out, hosts)
     rounds = measure(session, say)
     first = next((r for runs in rounds.results.values() for r in runs if "backend" in r), {})
     title = (f"{workload.name}, batch {settings.batch_size}/process, {first.get('backend')} on {first.get('device')} "

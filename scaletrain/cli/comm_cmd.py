@@ -14,6 +14,7 @@ from pathlib import Path
 from ..comm.bandwidth import OPS, bus_factor, parse_sizes
 from ..errors import UsageError
 from .parsing import positive_float, positive_int
+from ..values import AUTO
 
 NAME = "comm"
 HELP = "benchmark the collectives (all_reduce, all_gather, ...): time, algorithm and bus bandwidth"
@@ -52,8 +53,8 @@ def validate(args: argparse.Namespace) -> None:
     ops, sizes = parse_ops(args.ops), parse_sizes(args.sizes)
     if args.warmup < 0:
         raise UsageError(f"--warmup {args.warmup}: must be 0 or more")
-    device = choose_device(None if args.device == "auto" else args.device, 0)
-    choose_backend(None if args.backend == "auto" else args.backend, device.type)
+    device = choose_device(None if args.device == AUTO else args.device, 0)
+    choose_backend(None if args.backend == AUTO else args.backend, device.type)
     check_memory(ops, max(sizes), args.nproc, device)
     if args.out is not None:
         parent = args.out.expanduser().absolute().parent
@@ -99,8 +100,8 @@ def be_a_rank(args: argparse.Namespace) -> int:
     from ..comm.runner import benchmark
     from ..files import write_json_atomic
 
-    with init(strategy="ddp", backend=None if args.backend == "auto" else args.backend,
-              device=None if args.device == "auto" else args.device) as run:
+    with init(strategy="ddp", backend=None if args.backend == AUTO else args.backend,
+              device=None if args.device == AUTO else args.device) as run:
         if run.world_size < 2:
             raise UsageError("collectives need at least 2 processes; use --nproc 2 or more")
         rows = benchmark(parse_ops(args.ops), parse_sizes(args.sizes), run.device, args.iters, args.warmup,

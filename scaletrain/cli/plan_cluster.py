@@ -83,10 +83,10 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 def _strategy(args) -> str | None:
-    from ..plan.cost_models import COST_MODELS
+    from ..strategies import REGISTRY
 
     text = getattr(args, "strategy", None)
-    if not text or text == ",".join(COST_MODELS):
+    if not text or text == ",".join(name for name, cls in REGISTRY.items() if cls.plannable):  # the default
         return None
     if text not in ("fsdp", "hsdp", "ddp", "tp", "pipeline"):
         raise UsageError(f"--strategy {text}: a cluster plan takes one of fsdp, hsdp, ddp, tp, pipeline")

@@ -9,14 +9,33 @@ from pathlib import Path
 from ..errors import UsageError
 
 NAME = "report"
-HELP = "draw runs' loss, held-out accuracy and samples/s curves (PNG) and print a table comparing them"
+HELP = ("draw runs' loss, held-out accuracy and samples/s curves (PNG) and print a table comparing them; explain "
+        "a hang's dump (which rank is stuck, in which collective, which ranks never entered it)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR",
-                   help="folders written by `scaletrain train` (its --out); several are drawn on the same figures")
+                   help="folders written by `scaletrain train` (its --out); several are drawn on the same figures. A "
+                        "hang's dump (RUN_DIR/hang-N, or a run folder that holds one) is explained in words")
     p.add_argument("--out", type=Path, default=Path("report"), metavar="DIR",
                    help="where the PNGs and comparison.md go (default: ./report; files there are replaced)")
+
+
+def explain_hangs(folders: list[Path]) -> list[Path]:
+    """Prints what every hang dump among (or inside) `folders` shows; returns the folders
+    that are runs to draw (a dump folder itself is not)."""
+    from ..fault import hang_report
+
+    from ..train.report import METRICS_FILE
+
+    runs = []
+    for folder in folders:
+        dumps = hang_report.dumps_in(folder)
+        for dump in dumps:
+            print(hang_report.plain_words(dump), end="\n\n", flush=True)
+        if not dumps or (folder / METRICS_FILE).exists():  # a run (with its curves), not a dump alone
+            runs.append(folder)
+    return runs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
     from ..compare.runs import load_runs
     from ..files import write_text_atomic
 
-    runs = load_runs(args.runs)
+    folders = explain_hangs(args.runs)
+    if not folders:
+        return 0  # hang dumps only: nothing to draw
+    runs = load_runs(folders)
     for note in (note for run in runs for note in run.notes):
         print(f"scaletrain: note: {note}", file=sys.stderr)
     try:

@@ -15,11 +15,12 @@ from ..environment import DistEnv
 from ..errors import UsageError
 from ..train.config import TrainConfig
 from ..train.report import SUMMARY_FILE
+from ..values import AUTO
 
 
 def check_fault_flags(config: TrainConfig, env: DistEnv) -> None:
     """What can be checked before any process starts (or, under a launcher, before joining)."""
-    if env.launched and config.out is None and (config.checkpoint_every or config.resume == "auto"):
+    if env.launched and config.out is None and (config.checkpoint_every or config.resume == AUTO):
         raise UsageError("--checkpoint-every and --resume auto need a fixed --out under a launcher (every rank and "
                          "every restart must find the same folder); add --out DIR")
     if config.resume not in (None, "auto") and not Path(config.resume).expanduser().exists():
@@ -33,7 +34,7 @@ def check_resume(config: TrainConfig, model, facts: dict) -> list[str]:
     settings (else one line). Returns notes to show."""
     if config.resume is None:
         return []
-    auto = config.resume == "auto"
+    auto = config.resume == AUTO
     if auto:
         check_continuable(config.out, config.epochs, config.max_steps)
     source = config.out / CHECKPOINTS_DIR if auto else Path(config.resume).expanduser()
@@ -77,7 +78,7 @@ def _finished_summary(out: Path) -> Optional[dict]:
 
 def out_may_hold_files(config: TrainConfig) -> bool:
     """--resume auto continues the run in --out, so that folder may hold its files."""
-    return config.resume == "auto" and config.out.is_dir()
+    return config.resume == AUTO and config.out.is_dir()
 
 
 def resume_on_restart(resume: Optional[str], out: Path) -> Optional[str]:

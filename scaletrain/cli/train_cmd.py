@@ -39,6 +39,7 @@ from .parsing import OneLineParser
 from .resume_checks import (check_continuable, check_fault_flags, check_resume, describe_resume,
                             out_may_hold_files, resume_on_restart)
 from .train_rank import said_by_this_rank
+from ..values import AUTO
 
 NAME = "train"
 HELP = "train a model (the built-in digits CNN by default) with a strategy on N processes"
@@ -234,7 +235,7 @@ def run_rank(config: TrainConfig, env: DistEnv) -> int:
         config = replace(config, trackers=tuple(check_reachable(config.trackers, config.if_tracker_unreachable)))
     own_record = config.out / CONFIG_FILE
     reads_own_record = bool(config.config_file) and Path(config.config_file).absolute() == own_record.absolute()
-    if config.resume == "auto":
+    if config.resume == AUTO:
         check_continuable(config.out, config.epochs, config.max_steps)
     with contextlib.ExitStack() as held:
         if env.rank == 0:

@@ -34,9 +34,12 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Optional
 
 from ..lineage import Lineage
+from .evidence import OpLog
+from .hang_dump import HangEvidence
 
 #: Exit status of a rank that gave up waiting for its peers.
 EXIT_PEER_LOST = 3
@@ -59,7 +62,7 @@ def looks_like_communication_failure(exc: BaseException) -> bool:
 
 class Watchdog:
     def __init__(self, rank: int, world_size: int, timeout_s: float, host: str, port: int, attempt: str = "0",
-                 timeout_label: Optional[str] = None):
+                 timeout_label: Optional[str] = None, dump_dir: Optional[Path] = None):
         self.rank, self.world_size, self.timeout_s = rank, world_size, float(timeout_s)
         self.host, self.port = host, port
         self.prefix = f"scaletrain/heartbeat/{attempt}/"
@@ -69,7 +72,7 @@ class Watchdog:
         self._op: Optional[str] = None
         self._since = 0.0
         self._seq = 0
-        self._ops = 0  # watched operations entered: none yet means still starting up
+        self._entered = 0  # watched operations entered: none yet means still starting up
         self._stop = threading.Event()
         self._verdict_lock = threading.Lock()
         self._snapshot: Optional[tuple[float, dict]] = None
@@ -77,6 +80,11 @@ class Watchdog:
         # the launcher is gone every rank is being stopped, and a store call would only make
         # torch print a C++ stack trace of the closed connection before the rank's one line.
         self._lineage = Lineage()
+        self.verdict: Optional[dict] = None  # what diagnose found, for the hang's dump
+        self.ops = OpLog()  # scaletrain's own record of the operations it marked
+        # When a hang is found, every rank's stacks and collectives go to DUMP_DIR/hang-<attempt>.
+        self.evidence = (HangEvidence(rank, world_size, self.prefix, Path(dump_dir) / f"hang-{attempt}", self.ops,
+                                      refresh_s=4 * self.interval) if dump_dir is not None else None)
         self._beat_store = self._connect()
         self._read_store = self._connect()
         self._beat()  # present from the start: "never reported" then means really never
@@ -94,12 +102,14 @@ class Watchdog:
 
     # -- the training thread's side ---------------------------------------------------
     @contextlib.contextmanager
-    def op(self, name: str):
-        """Marks a blocking operation; a communication failure inside it is diagnosed."""
+    def op(self, name: str, nbytes: Optional[int] = None):
+        """Marks a blocking operation; a communication failure inside it is diagnosed.
+        `nbytes`: what it carries, for the record of the last operations."""
         outer = self._op
         if outer is None:
             self._op, self._since = name, time.monotonic()
-            self._ops += 1
+            self._entered += 1
+        entry = self.ops.begin(name, nbytes)
         try:
             yield
         except Exception as exc:
@@ -107,6 +117,7 @@ class Watchdog:
                 self.give_up(name, time.monotonic() - self._since, cause=exc)
             raise
         finally:
+            OpLog.end(entry)
             if outer is None:
                 self._op = None
 
@@ -129,7 +140,7 @@ class Watchdog:
     def _beat(self) -> None:
         self._seq += 1
         record = {"seq": self._seq, "step": self.step, "op": self._op, "t": time.time(), "pid": os.getpid(),
-                  "ops": self._ops}
+                  "ops": self._entered}
         self._beat_store.set(self.prefix + str(self.rank), json.dumps(record))
 
     def _beat_loop(self) -> None:
@@ -138,6 +149,9 @@ class Watchdog:
                 return
             try:
                 self._beat()
+                if self.evidence is not None:
+                    self.evidence.publish(self._beat_store, self._op, self._since, self.step)
+                    self.evidence.answer_request(self._beat_store, self._op, self.step)
             except Exception:  # the store is unreachable: the watch loop will find out
                 pass
 
@@ -158,7 +172,7 @@ class Watchdog:
                 with self._verdict_lock:
                     message, culprits = self.diagnose(op, waited)
                     if culprits:
-                        self._exit(message)
+                        self._exit(self._with_dump(message, op))
                 # Every rank is alive and in this same operation: a long one (a large
                 # checkpoint, a slow step), not a hang. Look again one timeout later; a
                 # collective that really stalls is ended by the backend's own timeout.
@@ -196,6 +210,8 @@ class Watchdog:
         second = self._read_all() if first[1] is not None else None
         gap = time.monotonic() - first[0]
         me = f"rank {self.rank} waited {waited:.0f} s in {_where(op, self.step)}"
+        self.verdict = {"where": _where(op, self.step), "op": op, "waited_s": waited, "timeout": self.timeout_label,
+                        "store_gone": first[1] is None or second is None}
         if first[1] is None or second is None:
             return (f"{me}: the rendezvous store at {self.host}:{self.port} (hosted by rank 0 or the launcher) does not "
                     f"answer, so rank 0 stopped responding or the network to it is cut; giving up (--timeout "
@@ -213,6 +229,7 @@ class Watchdog:
                              f"{_where(b['op'], b['step'], b.get('ops'))}")
             elif b["step"] != self.step or b["op"] != op:
                 behind[r] = f"alive but in {_where(b['op'], b['step'], b.get('ops'))}"
+        self.verdict.update(silent=silent, behind=behind, never_reported=never)
         parts = []
         culprits = bool(silent or never or behind)
         if silent:
@@ -238,7 +255,20 @@ class Watchdog:
                 message, _ = self.diagnose(op, waited)
             except Exception as exc:  # never let the diagnosis itself hide the exit
                 message = f"rank {self.rank} waited {waited:.0f} s in {op}; peers could not be diagnosed ({exc})"
-            self._exit(message)
+            self._exit(self._with_dump(message, op))
+
+    def _with_dump(self, message: str, op: str) -> str:
+        """Writes the hang's evidence (this rank's, and as the first to find it every rank's)
+        and puts what it shows into the line, before 'giving up'."""
+        if self.evidence is None or self.verdict is None:
+            return message
+        try:
+            store = None if self.verdict.get("store_gone") else self._read_store
+            clause = self.evidence.collect(store, self.verdict, op, self.step, wait_s=2 * self.interval + 2)
+        except Exception as exc:  # noqa: BLE001 - the dump must never keep the process from leaving
+            clause = f"the dump into {self.evidence.folder} failed ({type(exc).__name__}: {exc})"
+        head, sep, tail = message.rpartition("; giving up")
+        return f"{head}; {clause}{sep}{tail}" if sep else f"{message}; {clause}"
 
     def _exit(self, message: str) -> None:
         """Ends this process at once: another thread may be stuck in a collective that

@@ -1,5 +1,5 @@
 """The one way to launch, used by the command line (`scaletrain launch`, `scaletrain
-train`, `bench`, `comm`, `plan`) and by Python (`run_script`, `spawn`, `scaletrain.launch`):
+train`, `bench`, `comm`, `plan`) and by Python (`run_script`, `scaletrain.launch`):
 
     request -> node defaults -> launcher.resolve -> network choice -> launcher.plan
             -> print it (--dry-run) | write the batch script (--sbatch)
@@ -116,8 +116,3 @@ def run_script(script: str, *args: str, nproc: int = 2, module: Optional[str] = 
     notebook. Returns the exit status; the first failure's traceback goes to stderr."""
     target = Target(module=module, args=args) if module else Target(script=script, args=args)
     return run(LaunchRequest(target, launcher=launcher, nproc_per_node=nproc).with_host_facts(), announce=announce)
-
-
-def spawn(argv: list[str], nproc: int, announce: bool = True) -> int:
-    """Runs `scaletrain <argv>` as `nproc` local ranks; returns the job's exit status."""
-    return run_script("", *argv, nproc=nproc, module="scaletrain", announce=announce)

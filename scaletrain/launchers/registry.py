@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import mpirun, spawn, srun, torchrun
 from .base import Launcher
 from .request import LaunchRequest
+from ..values import AUTO
 
 LAUNCHERS: dict[str, Launcher] = {
     "spawn": spawn.LAUNCHER,
@@ -18,7 +19,7 @@ LAUNCHERS: dict[str, Launcher] = {
 def pick_launcher(req: LaunchRequest) -> str:
     """auto: Slurm inside an allocation; mpirun when hosts are listed; torchrun for several
     nodes; spawn for one machine."""
-    if req.launcher != "auto":
+    if req.launcher != AUTO:
         return req.launcher
     if req.in_slurm_allocation:
         return "srun"

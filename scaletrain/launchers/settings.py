@@ -17,6 +17,7 @@ from ..options import option
 from ..values import duration, non_negative_int, port, positive_int, shell_words
 from .plan import Target
 from .request import LAUNCHERS, LaunchRequest, SlurmResources, parse_hosts, read_hostfile
+from ..values import AUTO
 
 LAUNCHING = "launching (torchrun's option names; --nproc_per_node spellings work too)"
 SLURM = "Slurm batch script (--launcher srun)"
@@ -76,7 +77,7 @@ class LaunchSettings:
     @property
     def requested(self) -> bool:
         """Whether these ask for anything beyond running here, in this process."""
-        return self.launcher not in ("auto", "spawn") or (self.nnodes or 1) > 1 or bool(
+        return self.launcher not in (AUTO, "spawn") or (self.nnodes or 1) > 1 or bool(
             self.hostfile or self.hosts or self.rdzv_endpoint or self.dry_run or self.sbatch)
 
     @property
@@ -99,7 +100,7 @@ class LaunchSettings:
         elif self.hosts:
             hosts = tuple(parse_hosts(self.hosts))
         slurm = SlurmResources(self.gpus_per_node, self.cpus_per_task, self.time, self.partition)
-        launcher = "srun" if (self.sbatch or slurm != SlurmResources()) and self.launcher == "auto" else self.launcher
+        launcher = "srun" if (self.sbatch or slurm != SlurmResources()) and self.launcher == AUTO else self.launcher
         if (self.sbatch or slurm != SlurmResources()) and launcher != "srun":
             raise UsageError(f"--sbatch, --gpus-per-node, --cpus-per-task, --time and --partition are for Slurm; use "
                              f"them with --launcher srun, not {launcher}")

@@ -1,4 +1,4 @@
-"""Running `scaletrain <argv>` as a job of N processes, on this machine or across several
+"""Running `scaletrain <argv>` (or another of its modules) as a job of N processes, on this machine or across several
 (`Hosts`): how bench, plan and comm start the jobs they measure. The one place that knows
 which launcher does it."""
 
@@ -68,21 +68,21 @@ def hosts_from_args(args) -> Optional[Hosts]:
     return hosts
 
 
-def run_job(argv: list[str], nproc: int, hosts: Optional[Hosts] = None) -> int:
-    """Runs `scaletrain <argv>` as `nproc` ranks — here (spawn launcher), or across `hosts`
+def run_job(argv: list[str], nproc: int, hosts: Optional[Hosts] = None, module: str = "scaletrain") -> int:
+    """Runs `python -m <module> <argv>` (by default `scaletrain <argv>`) as `nproc` ranks — here (spawn launcher), or across `hosts`
     (mpirun, `nproc ÷ hosts` on each) when a job of several processes is given them — and
     returns the job's exit status. A failing rank's traceback goes to stderr. A job stopped by
     Ctrl-C, SIGTERM or SIGHUP raises Stopped, for the command to say what it had measured."""
-    from ..launchers.facade import run, spawn
+    from ..launchers.facade import run, run_script
     from ..launchers.interrupts import STOP_STATUSES, Stopped
     from ..launchers.plan import Target
     from ..launchers.request import LaunchRequest
 
     if hosts is None or nproc == 1:
-        code = spawn(argv, nproc, announce=False)
+        code = run_script("", *argv, nproc=nproc, module=module, announce=False)
     else:
         per_host = max(1, nproc // len(hosts.hosts))
-        request = LaunchRequest(Target(module="scaletrain", args=tuple(argv)), launcher="mpirun",
+        request = LaunchRequest(Target(module=module, args=tuple(argv)), launcher="mpirun",
                                 nproc_per_node=per_host, hosts=tuple((h, per_host) for h, _ in hosts.hosts))
         code = run(request.with_host_facts(), announce=False)
     if code in STOP_STATUSES:

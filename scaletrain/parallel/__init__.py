@@ -8,6 +8,8 @@ this fixed order, each where the configuration (`ParallelConfig`) enables it:
                    own, and everything below applies to that stage alone
 2. local_devices   the classic single-process split over this process's devices (mp, and
                    each replica of DDP + model parallel) or DataParallel's replicas (dp)
+   float8          precision float8: linear layers become torchao's Float8Linear (before
+                   everything that wraps or shards them)
 3. tensor_parallel split each layer's matrices across the "tp" dimension
 4. activation_checkpointing  keep only each block's input for backward, recompute the rest
 5. compile         torch.compile block by block, in place
@@ -38,6 +40,7 @@ from ..errors import UsageError
 from .checkpointing import ActivationCheckpointing
 from .compile import Compile
 from .data_parallel import DataParallel
+from .float8 import Float8Training
 from .local_devices import LocalDevices
 from .meta_init import is_meta, materialise
 from .model_state import retarget_optimizer
@@ -52,6 +55,7 @@ from .topology import Topology
 PARALLELISMS = [
     PipelineCut(),
     LocalDevices(),
+    Float8Training(),
     TensorParallel(),
     ActivationCheckpointing(),
     Compile(),

@@ -1,31 +1,25 @@
 """Choosing a configuration for the user: every candidate of a world size — strategies and
-their compositions × degrees × micro-batches × activation checkpointing — predicted from one
-short measurement (a plan's probe), those that do not fit the memory left out, the fastest
-chosen. The probe is cached per model, batch, world and machine, so a second choice is made
-at once.
+their compositions × degrees × micro-batches × activation checkpointing, as the parallelisms'
+cost modules propose them — predicted from one short measurement (a plan's probe, cached per
+model, batch, world and machine by evidence.py, so a second choice is made at once), those
+that do not fit the memory left out, the fastest chosen.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import platform
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from ..defaults import WORTH_AT_SPEEDUP
+from ..parallel import PARALLELISMS
 from .constraints import Constraints
+from .costs import cost_module
 from .predict import Prediction, predict
 from .verdict import implausible
-from .probe import Probe, probe_from_dict, probe_problem
+from .probe import Probe
 from .machine import Machine
-
-#: The checkpointing modes tried: none, then full (the cheapest change that saves most memory).
-CHECKPOINTING = ("none", "full")
 
 #: Room kept below the memory budget: a process's measured peak moves about this much from
 #: the prediction. On a CPU without --steady-memory glibc's heap moves resident memory 10–20%
@@ -55,34 +49,17 @@ def fit_odds(predicted_bytes: float, budget_bytes: float, room: float) -> float:
     return 0.5 * (1 + math.erf((budget_bytes - predicted_bytes) / (sigma * math.sqrt(2))))
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
-    """(strategy, options) for every configuration worth predicting on `world_size` processes."""
-    found: list[tuple[str, dict]] = []
-    if world_size == 1:
-        found.append(("single", {}))
-    found += [("ddp", {}), ("fsdp", {})]
-    for r in _divisors(world_size):
-        if 1 < r < world_size:
-            found.append(("fsdp", {"dp_replicate": r}))  # hybrid sharding
-    if tensor_parallel:
-        for t in _divisors(world_size):
-            if t > 1:
-                found.append(("tp", {"tp": t}))
-                if t < world_size:
-                    found.append(("fsdp", {"tp": t}))
-    for p in _divisors(world_size):
-        if 1 < p <= blocks:
-            for m in sorted({p, 2 * p, 4 * p}):
-                if batch_size % m == 0:
-                    found.append(("pipeline", {"pp": p, "microbatches": m}))
-                    if p < world_size:
-                        found.append(("pipeline", {"pp": p, "microbatches": m, "dp_shard": world_size // p}))
-    return [(name, {**options, **({"activation_checkpointing": mode} if mode != "none" else {})})
-            for name, options in found for mode in CHECKPOINTING]
+    """(strategy, options) for every configuration worth predicting on `world_size` processes:
+    those each parallelism's cost module brings (`candidates`), the data-parallel ones first,
+    each in every variant a module adds (`variants`: activation checkpointing's modes)."""
+    modules = [cost_module(p.name) for p in reversed(PARALLELISMS)]
+    found = [c for m in modules if hasattr(m, "candidates")
+             for c in m.candidates(world_size, batch_size, blocks, tensor_parallel)]
+    for m in modules:
+        if hasattr(m, "variants"):
+            found = [(name, {**options, **extra}) for name, options in found for extra in m.variants()]
+    return found
 
 
 @dataclass
@@ -104,7 +81,7 @@ class Choice:
 
     def flags(self) -> list[str]:
         """The chosen configuration as `scaletrain train` flags."""
-        from ..bench.spec import option_flags
+        from ..strategies.flags import option_flags
 
         if self.chosen is None:
             return []
@@ -191,54 +168,3 @@ def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machi
 
 def _short(options: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in options.items())
-
-
-# -- the cache of probes ----------------------------------------------------------------------
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "scaletrain" / "probes"
-
-
-def cache_key(spec: dict, world_size: int, nproc_per_node: int, device_type: str, cores: int,
-              hosts: str = "") -> str:
-    """The model (workload, factories), batch, world and machine (and the --hosts measured
-    across) a probe is valid for."""
-    import torch
-
-    from ..version import __version__
-
-    from ..steady_memory import wanted
-
-    facts = {k: spec.get(k) for k in ("workload", "model", "dataset", "batch_size", "seed", "device", "backend")}
-    facts.update(world_size=world_size, nproc_per_node=nproc_per_node, device_type=device_type, cores=cores,
-                 host=platform.node(), hosts=hosts, torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd(),
-                 # How the processes hold memory changes their speed (--steady-memory costs 8-40%) and peaks.
-                 steady_memory=wanted(None))
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def cached_probes(key: str, say=None) -> Optional[list[Probe]]:
-    """The probes cached under `key`, or None: none cached, or figures no measurement gives
-    (a file edited or damaged), which are measured again rather than believed."""
-    path = cache_dir() / f"{key}.json"
-    try:
-        docs = json.loads(path.read_text())["probes"]
-        problem = next((found for found in map(probe_problem, docs) if found), None)
-        if problem is None:
-            return [probe_from_dict(doc) for doc in docs] or None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if say is not None:
-        say(f"scaletrain: note: the cached measurements in {path} cannot be right ({problem}); measuring again")
-    return None
-
-
-def store_probes(key: str, probes: list[Probe]) -> None:
-    from ..files import write_json_atomic
-
-    try:
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        write_json_atomic(cache_dir() / f"{key}.json", {"probes": [p.as_dict() for p in probes]})
-    except OSError:
-        pass  # a cache that cannot be written only costs the next run its measurement

@@ -27,7 +27,9 @@ def takes(strategy: str, option: str) -> bool:
 
 def configuration(strategy: str, world_size: int, options: Optional[dict] = None) -> Optional[ParallelConfig]:
     """The configuration `strategy` runs on `world_size` processes, or None when it cannot (degrees
-    that do not fit, a one-process strategy on several)."""
+    that do not fit, a one-process strategy on several; a name no strategy has)."""
+    if strategy not in REGISTRY:
+        return None
     try:
         chosen = get_strategy(strategy, **options_for(strategy, options or {}))
         config = chosen.configuration(world_size)

@@ -119,3 +119,42 @@ def predictable(strategies: list[str], world_sizes: list[int], options: dict, mo
                 continue
             kept.append((name, n))
     return kept, notes
+
+
+def constraints_of(candidates) -> Constraints:
+    """What a choice must keep: the strategies and options a request's `Candidates` name
+    (plan --choose --strategy …, the degrees given beside --strategy auto)."""
+    return Constraints.given(candidates.options, tuple(candidates.strategies))
+
+
+def check_candidates(request, workload) -> None:
+    """Before measuring: a choice's constraints can be kept on its world size, and a plan's
+    configurations include one that can be predicted (else the one line `bench` gives for the
+    same degrees). Both read only the model's structure (built on the meta device)."""
+    from ..workloads.meta import meta_model
+
+    c, batch = request.candidates, request.training.batch_size
+    if c.choose is not None:
+        check_possible(constraints_of(c), c.choose, meta_model(workload), batch)
+        return
+    if c.listed or not c.strategies:
+        return  # bench's configurations, checked by bench itself
+    kept, notes = predictable(list(c.strategies), list(c.world_sizes), c.options, meta_model(workload), batch)
+    if not kept:
+        raise UsageError(f"nothing to predict: {'; '.join(notes[:3])}{' …' if len(notes) > 3 else ''}; give "
+                         "degrees that divide --world-sizes and split the model (or leave them out)")
+
+
+def left_out_notes(request) -> list[str]:
+    """Conclusions naming what a plan could not predict of what was asked, where degrees were
+    given (the defaults' gaps, such as tp for a model without a plan, go unsaid)."""
+    from ..errors import as_flags
+    from ..workloads import get_workload
+    from ..workloads.meta import meta_model
+
+    c, t = request.candidates, request.training
+    if c.choose is not None or c.listed or not any(v is not None for v in c.options.values()):
+        return []
+    model = meta_model(get_workload(t.workload, t.model, t.dataset))
+    _, notes = predictable(list(c.strategies), list(c.world_sizes), c.options, model, t.batch_size)
+    return [f"Left out: {as_flags(note)}." for note in notes]

@@ -22,7 +22,7 @@ exchange anything and none waits for another. The probe's job of several process
 also times a real tensor-parallel step across all of them (each fed the same batch, as a
 tensor-parallel group is): on this machine's 2 cores stdlib-gpt's tp × 2 ran 91 ms a step
 where the mesh-of-one figure made 66. What that step takes beyond the plan's own prediction of
-it is the machinery the plan adds to tensor-parallel configurations (cost_models).
+it is the machinery the plan adds to tensor-parallel configurations (costs/tensor_parallel.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Predictions per strategy and world size: a strategy's cost model (cost_models) applied to
-a round of measurements (Probe) where the processes would run (scenario), and the speedup
-against one process with every core."""
+"""Predictions per strategy and world size: the configuration a strategy runs (its
+ParallelConfig), its step composed from its parallelisms' cost terms (costs/) on a round of
+measurements (Probe) where the processes would run (scenario), and the speedup against one
+process with every core."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from . import formulas as f
-from .cost_models import COST_MODELS
 from .configuration import configuration, options_for
+from .costs.step import step_cost
 from .machine import Machine
 from .probe import Probe
 from .scenario import baseline_step, scenario
@@ -44,23 +45,23 @@ class Prediction:
 def predict(probe: Probe, strategy: str, n: int, machine: Machine,
             strategy_options: Optional[dict] = None) -> Optional[Prediction]:
     """The prediction for `strategy` (with `strategy_options`: degrees, micro-batches, ...) on
-    `n` processes, or None where it cannot run or has no cost model."""
-    model = COST_MODELS.get(strategy)
-    given = options_for(strategy, strategy_options or {}) if model is not None else {}
-    shape = configuration(strategy, n, given) if model is not None else None
+    `n` processes, or None where it cannot run (an unknown strategy, degrees that do not fit,
+    more stages than the model has units). costs.NoCost where a parallelism it enables has no
+    cost terms."""
+    shape = configuration(strategy, n, strategy_options)
     if shape is None:
         return None
     s = scenario(n, machine, probe.link, probe.device_type, probe.network)
-    cost = model(probe, s, machine, shape)
+    cost = step_cost(probe, s, machine, shape)
     if cost is None:
         return None
-    step = cost["compute"] + cost["exposed"]
-    gain = f.speedup(step, cost["batch"], baseline_step(probe, machine), probe.batch_size)
-    return Prediction(strategy=strategy, world_size=n, nodes=s.nodes, threads=s.threads, global_batch=cost["batch"],
-                      compute_s=cost["compute"], comm_s=cost["comm"], exposed_comm_s=cost["exposed"], step_s=step,
-                      samples_per_s=cost["batch"] / step, speedup=gain, efficiency=gain / n,
-                      memory_bytes=cost["memory"], fits=cost["memory"] <= machine.device_memory_bytes,
-                      note=cost.get("note", ""), mesh=shape.dims.describe(), options=given)
+    step = cost.compute_s + cost.exposed_s
+    gain = f.speedup(step, cost.batch, baseline_step(probe, machine), probe.batch_size)
+    return Prediction(strategy=strategy, world_size=n, nodes=s.nodes, threads=s.threads, global_batch=cost.batch,
+                      compute_s=cost.compute_s, comm_s=cost.comm_s, exposed_comm_s=cost.exposed_s, step_s=step,
+                      samples_per_s=cost.batch / step, speedup=gain, efficiency=gain / n,
+                      memory_bytes=cost.memory_bytes, fits=cost.memory_bytes <= machine.device_memory_bytes,
+                      note=cost.note, mesh=shape.dims.describe(), options=options_for(strategy, strategy_options or {}))
 
 
 def predict_all(probe: Probe, strategies: list[str], world_sizes: list[int], machine: Machine,

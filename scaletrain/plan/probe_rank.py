@@ -22,6 +22,7 @@ and the links in jobs of their own.
 from __future__ import annotations
 
 import statistics
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -205,7 +206,7 @@ def measure_probe_round(spec: dict) -> dict:
                     result["tp_mesh_step_s"] = _mean_over_ranks(run, seconds)
         elif run.world_size > 1:
             # Across the hosts, an FSDP step too: its gathers and reduce-scatters cross the
-            # network, on cores the step needs (cost_models.fsdp_network_seconds).
+            # network, on cores the step needs (costs/data_parallel.fsdp_network_seconds).
             seconds = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
                                         min(steps, spec["steps"]), spec["warmup"], run.world_size)
             if seconds is not None:
@@ -256,3 +257,46 @@ def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
             torch.set_num_threads(threads)
     return {**found,
             "block_params": [sum(p.numel() for m in unit for p in m.parameters()) for unit in units]}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """One rank of a probe job (jobs.ProbeJobs starts them): `python -m
+    scaletrain.plan.probe_rank '{"spec": {...}, "kind": "round", "out": FILE}'`; rank 0 writes
+    the job's figures to FILE."""
+    import json
+    import os
+    import sys
+
+    from pathlib import Path
+
+    from ..environment import detect
+    from ..errors import UsageError, arg, as_flags
+    from ..files import write_json_atomic
+    from ..measure.failed import out_of_memory
+    from ..launchers.failures import say_usage_error
+    from ..launchers.interrupts import sigint_as_python
+    from .jobs import STEPS_ONLY, TP_STEP
+
+    sigint_as_python()
+    settings = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    spec, kind = settings["spec"], settings["kind"]
+    try:
+        try:
+            result = measure_tp_round(spec) if kind == TP_STEP else \
+                measure_probe_round({**spec, "steps_only": kind == STEPS_ONLY})
+        except (RuntimeError, MemoryError) as exc:
+            if not out_of_memory(exc):
+                raise
+            raise UsageError(f"measuring {spec['workload']} at {arg('batch_size', spec['batch_size'])} ran out of "
+                             f"memory in one process ({str(exc).splitlines()[0].strip()}): the measurement needs a "
+                             f"step of one process with the whole batch; give a smaller {arg('batch_size')}") from None
+    except UsageError as exc:
+        say_usage_error(as_flags(exc.raw))
+        return 2
+    if detect(os.environ).rank == 0:
+        write_json_atomic(Path(settings["out"]), result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,9 +8,10 @@ from rich.table import Table
 from ..measure.console import table_console
 from ..measure.spread import Spread
 from .configuration import configuration
-from .cost_models import fsdp_network_seconds, tp_machinery_seconds
+from .costs.data_parallel import fsdp_network_seconds
+from .costs.tensor_parallel import machinery_seconds as tp_machinery_seconds
 from .predict import Prediction
-from .summary import key
+from .summary import key, step_spreads
 from .probe import Probe
 from .machine import Machine
 from .verdict import gb
@@ -96,8 +97,24 @@ def _composed(p: Prediction) -> bool:
     return config is not None and config.dims.composed
 
 
+def show_plan(plan) -> None:
+    """A plan's measurements, its predictions with their intervals, its conclusions."""
+    print_plan(plan.probe, plan.machine, plan.predictions, plan.spreads, step_spreads(plan.probes), len(plan.probes),
+                 plan.conclusions)
+
+
+def show_choice(plan, steady_memory: bool) -> None:
+    """A choice in words, and the command that trains it."""
+    for line in plan.lines():
+        print(line)
+    if plan.choice.chosen:
+        steady = " --steady-memory" if steady_memory else ""
+        print(f"Train with it: scaletrain train --nproc-per-node {plan.world_size}{steady} "
+              f"{' '.join(plan.choice.flags())}")
+
+
 def print_plan(probe: Probe, machine: Machine, predictions: list[Prediction], spreads: dict, steps: dict,
-               rounds: int, conclusions: list[str]) -> None:
+                 rounds: int, conclusions: list[str]) -> None:
     console = table_console()
     console.print(f"plan for {probe.workload} on {probe.device_type}")
     for line in measured_lines(probe, machine, steps, rounds):

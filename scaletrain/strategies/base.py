@@ -29,6 +29,7 @@ from ..errors import UsageError, arg
 from ..options import build, check_choice, check_count, declared, option, spellings
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
 from ..parallel.dims import BY_NAME, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
+from ..parallel.float8 import check_float8
 from ..precision import PRECISIONS
 from ..parallel.checkpointing import MODES as AC_MODES
 from ..values import factory_name, positive_int, reshard_value
@@ -40,7 +41,9 @@ class CommonOptions:
 
     precision: str = option("fp32", "fp32; bf16 (autocast around forward and loss); fp16 (autocast and a gradient "
                                     "scaler against underflow); fsdp casts through its mixed-precision policy "
-                                    "instead", choices=tuple(PRECISIONS))
+                                    "instead; float8 (GPUs with compute capability 8.9+, torchao: the linear "
+                                    "layers' products in float8, the rest bf16; FSDP all-gathers in float8)",
+                            choices=tuple(PRECISIONS))
     grad_accum: int = option(1, "micro-steps per optimizer step; gradients are synchronised on the last one only, "
                                 "so the batch per optimizer step grows N times", metavar="N", parse=positive_int)
     compile: bool = option(False, "torch.compile each block of the model in place (names, sharding and unwrap "
@@ -92,6 +95,10 @@ class MeshOptions(CommonOptions):
         for name in MESH_DIMS:
             if getattr(self, name, None) is not None:
                 check_count(name, getattr(self, name), 1, "a whole number of processes")
+        if self.precision == "float8" and (self.tp or 1) > 1:
+            raise UsageError(f"{arg('precision', 'float8')} does not combine with tensor parallel here (its layers "
+                             f"would need float8's own tensor-parallel styles): use {arg('tp', 1)} or "
+                             f"{arg('precision', 'bf16')}")
         if self.reshard_after_forward is not None:
             try:
                 object.__setattr__(self, "reshard_after_forward", reshard_value(self.reshard_after_forward))
@@ -216,6 +223,8 @@ class Strategy:
 
     def check_device(self, device_type: str) -> None:
         """Raise UsageError for options this device cannot honour."""
+        if self.options.precision == "float8":
+            check_float8(device_type)
         if getattr(self.options, "offload", False) and device_type != "cuda":
             raise UsageError(f"{arg('offload')} moves FSDP's parameters, gradients and optimizer state from the GPU to "
                              f"the CPU's memory, but this run is on the {device_type}, where they are already: drop "

@@ -77,3 +77,19 @@ def strategy_options_from_args(args: argparse.Namespace) -> dict:
     """The strategy options the user gave (by whichever name), as keyword arguments for
     scaletrain.init."""
     return {name: getattr(args, name) for name in [*_options_by_name(), *_aliases()] if hasattr(args, name)}
+
+
+def option_flags(options: dict) -> list[str]:
+    """Strategy options as the flags that give them (`{"microbatches": 8}` -> `--microbatches 8`;
+    a switch, an option whose default is false, as the bare flag)."""
+    switches = {f.name for cls in REGISTRY.values() for f in declared(cls.Options) if f.default is False}
+    argv = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if name in switches:
+            argv += [flag] if value else []
+        elif isinstance(value, bool):
+            argv += [flag, str(value).lower()]
+        elif value is not None:
+            argv += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
+    return argv

@@ -20,12 +20,12 @@ class TrainerCheckpoints:
     comes due in the middle of a cycle waits for its end, so nothing accumulated is lost."""
 
     def __init__(self, run: "Run", out: Path, every: int, keep: int, resume: Optional[str], say,
-                 layout: str = "auto", notes_shown: bool = False):
+                 layout: str = "auto", notes_shown: bool = False, asynchronous: bool = False):
         """`notes_shown`: the command that started this run has already checked the
         checkpoint to resume and shown its notes (checkpoints skipped, settings changed)."""
         self.run, self.every, self.resume_from, self.say = run, every, resume, say
         self.notes_shown = notes_shown
-        self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep, layout)
+        self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep, layout, asynchronous=asynchronous, say=say)
         self.last_saved = -1
         self.due = False
         self.resumed: Optional[dict] = None
@@ -79,6 +79,12 @@ class TrainerCheckpoints:
             self.say(f"scaletrain: note: the last {micro} micro-step(s) did not complete an optimizer step "
                      f"({arg('grad_accum', accum)}); the last checkpoint is step {self.last_saved}")
 
+    def finish(self) -> None:
+        """The checkpoint still being written in the background is complete (or its failure
+        said, on every rank) before the run reports its end."""
+        if self.every:
+            self.store.wait()
+
     def save(self, model, optimizer, loader, totals: dict) -> None:
         if self.finite is not None and not self.finite.check(self.run.steps_taken):
             # Going on despite NaN/inf (--allow-nonfinite): the last finite checkpoint stays the newest.
@@ -94,7 +100,7 @@ class TrainerCheckpoints:
         self.last_saved, self.due = self.run.steps_taken, False
 
     def summary(self) -> dict:
-        facts = {"checkpoint_every": self.every}
+        facts = {"checkpoint_every": self.every, "checkpoint_async": self.store.asynchronous}
         if self.resumed is not None:
             facts.update(resumed_from=self.resumed["path"], resumed_at_step=self.resumed["step"])
         return facts

@@ -30,6 +30,7 @@ from ..launchers.settings import LaunchSettings
 from ..options import flag_values, option, parsed_values
 from ..steady_memory import STEADY_MEMORY_HELP
 from ..values import duration, non_negative_int, positive_float, positive_int
+from ..values import AUTO
 
 MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's seeds are 32-bit; torch's would take more
 
@@ -161,6 +162,11 @@ class TrainConfig:
                 "processes; sharded: each rank writes its own share (no rank holds the whole model; needs a folder "
                 "all nodes share); auto (default): sharded for fsdp when the model's state is 1 GiB or more, else "
                 "full", group=FAULTS, choices=_layouts)
+    checkpoint_async: bool = option(
+        False, "write checkpoints in the background: training stops only while the state is copied into host memory "
+               "(pinned on CUDA), and DCP's asynchronous save (or, for the full layout, rank 0's thread) writes it "
+               "while training goes on; one is written at a time (the next waits, saying so) and the last is "
+               "finished before the run ends; a checkpoint becomes the newest only once complete", group=FAULTS)
     resume: Optional[str] = option(None, "auto: continue from the newest checkpoint in --out if there is one; PATH: "
                                          "a checkpoint folder, a checkpoints folder or an earlier run's --out",
                                    group=FAULTS, metavar="auto|PATH", parse=resume_source)
@@ -252,4 +258,4 @@ class TrainConfig:
     @property
     def task_name(self) -> Optional[str]:
         """The task asked for; None: the workload's, or told from the data."""
-        return None if self.task == "auto" else self.task
+        return None if self.task == AUTO else self.task

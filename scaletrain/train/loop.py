@@ -26,6 +26,7 @@ from .optimizer import adam
 from .report import Reporter
 from .steps import StepRecorder
 from .utilisation import Utilisation
+from ..values import AUTO
 
 
 def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
@@ -37,7 +38,8 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
-              pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, **config.strategy_options) as run:
+              pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, dump_dir=out,
+              **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
         sample = first_sample(train_set)
         task = get_task(config.task_name or workload.task or derive(sample))
@@ -59,7 +61,8 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                         "global_batch_size": global_batch, "workload_name": workload.name})
 
         checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
-                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked)
+                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked,
+                                         asynchronous=config.checkpoint_async)
         start = checkpoints.resume(model, optimizer, loader, epochs)
         finite = checkpoints.finite = NonFiniteGuard(run, model, config.log_every_steps, config.allow_nonfinite, lr,
                                                      run.steps_taken, reporter.say)
@@ -124,6 +127,7 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
                       "epoch_seconds": seconds, "lr": optimizer.param_groups[0].get("lr"), "wall_seconds": wall()}
             reporter.epoch(record)
         checkpoints.at_end(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps, "samples": samples})
+        checkpoints.finish()
 
         summary = {
             **run.describe(),
@@ -159,11 +163,11 @@ def build_model(run, workload, meta_init: str):
     """The workload's model: on the meta device where the run shards it (no process holds it
     whole: each materialises its own share at setup) and the model's own code can initialise
     it there, else whole. `meta_init`: auto, always or never."""
-    if meta_init == "never" or (meta_init == "auto" and not run.topology.shards_state):
+    if meta_init == "never" or (meta_init == AUTO and not run.topology.shards_state):
         return workload.build_model()
     with run.meta_device():
         model = workload.build_model()
-    if meta_init == "auto" and uninitialisable(model):
+    if meta_init == AUTO and uninitialisable(model):
         return workload.build_model()  # an ordinary build draws the same numbers: none were drawn on meta
     return model
 

@@ -8,7 +8,8 @@ first: trains STEPS steps of every configuration, saving a checkpoint at step SA
 DIR/<name>/checkpoints, and its final state into DIR/<name>/first (a full checkpoint).
 second: scrambles the weights, resumes from that checkpoint, trains to STEPS and saves its
 final state into DIR/<name>/second. Gradient accumulation is on in some configurations: the
-checkpoint then falls between optimizer steps only, as the trainer takes it.
+checkpoint then falls between optimizer steps only, as the trainer takes it. One saves
+asynchronously (written while the next steps train).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ONE_PROCESS = [("single", {}), ("dp", {}), ("mp", {"microbatches": 2}), ("single
 MULTI = [("ddp", {}), ("hybrid", {"devices_per_process": 2}), ("pipeline", {"microbatches": 2}),
          ("pipeline", {"pipeline_stages": 1, "microbatches": 2}), ("fsdp", {}),
          ("fsdp", {"checkpoint_layout": "sharded"}), ("ddp", {"grad_accum": 2, "checkpoint_layout": "sharded"}),
-         ("pipeline", {"microbatches": 2, "checkpoint_layout": "sharded"})]
+         ("pipeline", {"microbatches": 2, "checkpoint_layout": "sharded"}), ("ddp", {"checkpoint_async": True})]
 
 
 def model() -> nn.Sequential:
@@ -52,7 +53,8 @@ def name_of(strategy: str, options: dict) -> str:
 def one(strategy: str, options: dict, phase: str, root: Path) -> None:
     options = dict(options)
     layout = options.pop("checkpoint_layout", "auto")
-    folder = root / name_of(strategy, {**options, "layout": layout})
+    asynchronous = options.pop("checkpoint_async", False)
+    folder = root / name_of(strategy, {**options, "layout": layout, **({"async": True} if asynchronous else {})})
     with scaletrain.init(strategy=strategy, seed=0, **options) as run:
         net = model()
         if phase == "second":  # the weights must come from the checkpoint
@@ -63,7 +65,7 @@ def one(strategy: str, options: dict, phase: str, root: Path) -> None:
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
         net, optimizer = run.setup(net, optimizer)
         loader = run.loader(data(), batch_size=8, shuffle=True)
-        ckpt = run.checkpointer(folder / "checkpoints", layout=layout)
+        ckpt = run.checkpointer(folder / "checkpoints", layout=layout, asynchronous=asynchronous)
         if phase == "second":
             resumed = ckpt.load("auto", net, optimizer, scheduler=scheduler, loader=loader)
             assert resumed is not None and resumed["step"] == SAVE_AT, resumed

@@ -2,7 +2,7 @@
 
 A round runs one probe job per thread count the predictions need: one process with every
 core, and (on a CPU) as many processes as share the machine with cores ÷ processes threads
-each — each job started like a real job by the spawn launcher (see probe_rank). Rounds
+each — each job started like a real job by the spawn launcher (its ranks: probe_rank's `main`). Rounds
 alternate their order; each round gives a whole Probe, so each gives a whole prediction, and
 the spread of the predictions over the rounds is the plan's expected error.
 """
@@ -21,6 +21,10 @@ from .probe import DdpStep, Link, MeshStep, Probe, measure_link, probe_from_jobs
 from .scenario import threads_needed
 
 PROBE_FILE = "probe.json"
+#: The module a probe job's ranks run, and what they measure: a round's figures, a
+#: tensor-parallel step alone, or the steps alone (across hosts, the links in jobs of their own).
+PROBE_MODULE = "scaletrain.plan.probe_rank"
+ROUND, TP_STEP, STEPS_ONLY = "round", "tp-step", "steps-only"
 
 
 def copies_per_thread_count(threads: list[int], machine: Machine, device_type: str) -> dict[int, int]:
@@ -54,16 +58,10 @@ class ProbeJobs:
     """Processes of a job that times only a tensor-parallel step, where no job runs several (a
     machine of one core planned for several processes): 0 for none."""
 
-    def argv(self, threads: int, out: Path) -> list[str]:
-        s = self.spec
-        argv = ["plan", "--workload", s["workload"], "--batch-size", str(s["batch_size"]), "--seed", str(s["seed"]),
-                "--steps", str(s["steps"]), "--warmup", str(s["warmup"]), "--min-seconds", str(s["min_seconds"]),
-                *(["--microbatches", str(s["microbatches"])] if s.get("microbatches") else []),
-                "--threads", str(threads), "--out", str(out)]
-        for flag in ("model", "dataset", "device", "backend"):
-            if s.get(flag):
-                argv += [f"--{flag}", str(s[flag])]
-        return argv
+    def argv(self, threads: int, out: Path, kind: str = ROUND) -> list[str]:
+        """What a rank of a probe job is given (probe_rank.main): the spec, its threads, what it
+        measures and the file rank 0 writes."""
+        return [json.dumps({"spec": {**self.spec, "threads": threads}, "kind": kind, "out": str(out)})]
 
     def run_round(self, folder: Path, reverse: bool = False) -> Probe:
         """One round: a job per thread count (largest first; smallest first when `reverse`),
@@ -71,7 +69,7 @@ class ProbeJobs:
         folder.mkdir(parents=True, exist_ok=True)
         jobs = {}
         for threads, copies in sorted(self.copies.items(), reverse=not reverse):
-            jobs[threads] = self._job(folder / f"{threads}-threads-{PROBE_FILE}", threads, copies, [],
+            jobs[threads] = self._job(folder / f"{threads}-threads-{PROBE_FILE}", threads, copies, ROUND,
                                       f"probe job ({copies} process(es) × {threads} thread(s))")
         link = self.link
         if link is None and self.needs_link and not any(j.get("link_rows") for j in jobs.values()):
@@ -86,18 +84,18 @@ class ProbeJobs:
                                          self.spec.get("device"), self.hosts)
         return probe
 
-    def _job(self, out: Path, threads: int, nproc: int, extra: list[str], what: str, hosts=None) -> dict:
-        """Runs one probe job (`extra`: its kind's flags) and returns what it wrote to `out`."""
+    def _job(self, out: Path, threads: int, nproc: int, kind: str, what: str, hosts=None) -> dict:
+        """Runs one probe job (`kind`: what its ranks measure) and returns what it wrote to `out`."""
         from ..measure.jobs import run_job
 
-        code = run_job([*self.argv(threads, out), *extra], nproc, hosts)
+        code = run_job(self.argv(threads, out, kind), nproc, hosts, module=PROBE_MODULE)
         if code != 0 or not out.exists():
             raise measurement_failed(f"the plan's {what}", code, hosts)
         return json.loads(out.read_text())
 
     def _tp_step(self, folder: Path) -> Optional[MeshStep]:
         """The tensor-parallel step on `tp_copies` processes sharing this machine's cores."""
-        job = self._job(folder / f"tp-{PROBE_FILE}", 1, self.tp_copies, ["--tp-step-only"],
+        job = self._job(folder / f"tp-{PROBE_FILE}", 1, self.tp_copies, TP_STEP,
                         f"tensor-parallel probe job ({self.tp_copies} processes)")
         return MeshStep(job["world_size"], job["threads"], job["tp_mesh_step_s"]) if job else None
 
@@ -110,7 +108,7 @@ class ProbeJobs:
         slots = self.hosts.slots
         threads = max(1, self.cores // slots)
         nproc = slots * len(self.hosts.hosts)
-        job = self._job(folder / f"hosts-{PROBE_FILE}", threads, nproc, ["--steps-only"],
+        job = self._job(folder / f"hosts-{PROBE_FILE}", threads, nproc, STEPS_ONLY,
                         f"probe job across the hosts ({nproc} processes)", self.hosts)
         ddp = DdpStep(job["world_size"], threads, job["ddp_step_s"], job["step_s"]) if "ddp_step_s" in job else None
         fsdp = (MeshStep(job["world_size"], threads, job["fsdp_mesh_step_s"], slots)

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 from ..defaults import BENCH_MAX_OTHER_CORES, BENCH_MAX_ROUNDS, BENCH_MIN_ROUNDS
 from ..launchers.interrupts import Stopped, signal_name
-from ..measure.machine_load import LoadMeter
+from .machine_load import LoadMeter
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""The memory a process of a configuration will use at its peak during training, in parts
+(`MemoryParts`): what it holds before any model (measured by the probe: the interpreter,
+torch, the process group, the data), its share of the parameters, gradients and optimizer
+state (FSDP's shards: `state_divisor`), the activations its forward keeps for backward (fewer
+under activation checkpointing: `kept_activation_bytes`; a tensor-parallel process's share of
+them: `activation_share`; a pipeline stage's micro-batches in flight: `in_flight`), the
+transient tensors of its parallelisms (`transient_bytes`), and the allocator's slack: what the
+probe's own training job held beyond the same accounting of it. The parallelisms' cost modules
+contribute each part they change.
+
+On a CPU the figures are resident memory, which is what a per-process limit counts and what
+`peak_memory_bytes` measures; on CUDA, the allocator's allocated bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ...parallel.config import DDP, ParallelConfig
+from ...parallel.dims import ParallelDims
+from ..probe import Probe
+from . import enabled_modules
+from .terms import MemoryParts, Step
+
+#: What the probe's own training job ran: one DDP process with the whole model.
+_PROBES_OWN = ParallelConfig("ddp", None, ParallelDims(), DDP)
+
+
+def plain_activation_bytes(probe: Probe, units: list[int], share: float, samples: float) -> float:
+    """What forward keeps for backward of `samples` samples in these units, as measured."""
+    fp = probe.footprint
+    per_unit = fp.block_activation_bytes_per_sample or ()
+    mine = sum(per_unit[i] for i in units) if len(per_unit) == len(fp.block_param_bytes) else \
+        fp.activation_bytes_per_sample
+    return mine * samples * share
+
+
+def in_use(probe: Probe, config: ParallelConfig, units: list[int], stage_fraction: float, tp_share: float,
+           largest_unit: float, stage: int = 0) -> MemoryParts:
+    """The parts of a process's peak, in bytes (before the allocator's slack); `stage`: which
+    pipeline stage these units are (its place decides the micro-batches it keeps)."""
+    fp = probe.footprint
+    modules = enabled_modules(config)
+    held = stage_fraction * tp_share
+    shards = 1
+    for m in modules:
+        if hasattr(m, "state_divisor"):
+            shards *= m.state_divisor(config)
+    batch = probe.batch_size
+    flight = next((m.in_flight for m in modules if hasattr(m, "in_flight")), None)
+    samples, microbatch = flight(config, stage, batch) if flight is not None else (batch, batch)
+    activation_share = next((m.activation_share(tp_share) for m in modules if hasattr(m, "activation_share")), 1.0)
+    kept = next((m.kept_activation_bytes for m in modules if hasattr(m, "kept_activation_bytes")), None)
+    activations = kept(probe, config, units, activation_share, samples, microbatch) if kept is not None else None
+    largest_tensor = fp.largest_tensor_bytes * tp_share if len(units) == len(fp.block_param_bytes) else \
+        min(fp.largest_tensor_bytes, largest_unit) * tp_share
+    transient = 0.0
+    for m in modules:
+        if hasattr(m, "transient_bytes"):
+            transient += m.transient_bytes(probe, config, held, largest_unit, largest_tensor, shards)
+    return MemoryParts(
+        constant=probe.memory_constant_bytes, parameters=fp.param_bytes * held / shards,
+        gradients=fp.grad_bytes * held / shards, optimizer_state=fp.optimizer_bytes * held / shards,
+        activations=plain_activation_bytes(probe, units, activation_share, samples) if activations is None
+        else activations, transient=transient)
+
+
+def slack(probe: Probe) -> float:
+    """The allocator's share: what the probe's training job (one DDP process, the whole model)
+    held at its peak beyond the accounting of `in_use` — memory freed during a step but kept by
+    the allocator, the gradients of activations on their way through backward. Zero where the
+    probe did not measure its peak."""
+    if not probe.memory_peak_bytes:
+        return 0.0
+    fp = probe.footprint
+    units = list(range(len(fp.block_param_bytes)))
+    parts = in_use(probe, _PROBES_OWN, units, 1.0, 1.0, max(fp.block_param_bytes, default=0))
+    return max(0.0, probe.memory_peak_bytes - parts.total)
+
+
+def peak_bytes(probe: Probe, config: ParallelConfig, units: Optional[list[int]] = None, stage_fraction: float = 1.0,
+               tp_share: float = 1.0, largest_unit: Optional[float] = None, stage: int = 0) -> float:
+    fp = probe.footprint
+    units = list(range(len(fp.block_param_bytes))) if units is None else units
+    largest = max((fp.block_param_bytes[i] for i in units), default=0) * tp_share if largest_unit is None else largest_unit
+    return in_use(probe, config, units, stage_fraction, tp_share, largest, stage).total + slack(probe)
+
+
+def stage_peak(step: Step) -> float:
+    """The largest of the processes' peaks: each stage's share, its units, its place in the pipeline."""
+    fp = step.probe.footprint
+    peaks = []
+    for index, group in enumerate(step.groups):
+        fraction = sum(fp.block_param_bytes[i] for i in group) / max(1, fp.param_bytes)
+        share = step.held_share(group)
+        largest = max(fp.block_param_bytes[i] for i in group) * share
+        peaks.append(peak_bytes(step.probe, step.config, group, fraction, share, largest, index))
+    return max(peaks)
