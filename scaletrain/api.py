@@ -15,6 +15,8 @@ The same script runs as one process (`python script.py`) and under any launcher
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import random
 import time
@@ -111,6 +113,8 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     opened = Trackers([])
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-        opened = open_trackers(trackers, where, active=ctx.is_main)
+        # A tracking server that never answers is named, not waited on.
+        with watchdog.op("opening the trackers") if watchdog is not None else contextlib.nullcontext():
+            opened = open_trackers(trackers, where, active=ctx.is_main)
     return Run(env, strat, ctx, topology, seed or 0, owns_group=owns_group, cores=cores, watchdog=watchdog,
                memory=memory, trackers=opened, background_saves=BackgroundSaves(backstop_timeout(wait)))

@@ -113,7 +113,8 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
         if any(model is p.model or model is p.module for p in self._prepared.values()):
             raise UsageError("run.setup was already called on this model: call it once per model and keep using "
                              "what it returned (model, optimizer = run.setup(model, optimizer))")
-        prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
+        with self.watch("setup"):  # DDP's and FSDP's construction are collectives: a late peer is named
+            prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
         self.scaler.sharded = self.topology.gradients_differ  # a strategy may settle its dimensions here (auto)
         self._prepared[id(prepared.model)] = prepared
         for line in prepared.banner:
@@ -182,7 +183,7 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
         return ShardedLoader(dataset, batch_size, shard=self.data_parallel_rank, num_shards=self.data_parallel_size,
                              shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
-                             device=self.device, **loader_kwargs)
+                             device=self.device, watch=self.watch, **loader_kwargs)
 
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, targets: Any = NO_TARGETS,
                    loss_fn: Optional[Callable] = None, *, scheduler: Any = None,

@@ -109,6 +109,8 @@ def _run(parser: OneLineParser, argv: list[str], rank: bool = False) -> int:
     try:
         return (args.rank_handler if rank else args.handler)(args)
     except UsageError as exc:  # spelt with the flags the user types, not the library's keywords
+        if getattr(exc, "said", False):  # a job it started said the one line already
+            return 2
         return fail(exc.for_command_line(*flag_names(parser)))
 
 

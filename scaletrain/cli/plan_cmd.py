@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     plannable = ",".join(name for name, cls in REGISTRY.items() if cls.plannable)
     add_model_arguments(p, "synthetic-cnn")
-    p.add_argument("--strategy", default=plannable, help=f"comma-separated strategies to predict (default: {plannable})")
+    p.add_argument("--strategy", default=plannable, help=f"comma-separated strategies to predict (default: {plannable}; "
+                   "with --choose: the strategies it may choose among)")
+    p.set_defaults(default_strategy=plannable)  # told apart from a --strategy given (what --choose keeps)
     p.add_argument("--world-sizes", default=DEFAULT_WORLD_SIZES,
                    help=f"process counts to predict (default {DEFAULT_WORLD_SIZES})")
     add_prediction_arguments(p)
@@ -76,7 +78,6 @@ def request_of(args: argparse.Namespace):
 
     device = None if args.device == AUTO else args.device
     shapes = {name: getattr(args, name) for name in ("microbatches", *MESH_DIMS)}
-    listed = tuple(parse_strategies(args.strategy)) if not args.choose else ()
     training = training_of(args)
     hosts = hosts_for(args, DEFAULT_WORLD_SIZES)
     given = args.world_sizes != DEFAULT_WORLD_SIZES
@@ -87,9 +88,12 @@ def request_of(args: argparse.Namespace):
         if given and not hosts and len(sizes) > 1:
             raise UsageError(f"--choose picks a configuration for one world size; give one --world-sizes value "
                              f"(e.g. --world-sizes {sizes[-1]})")
-        candidates = Candidates(choose=max(sizes) if hosts else sizes[0] if given else machine.nproc_per_node)
+        # What is given beside --choose, the choice keeps: the strategies named, the degrees.
+        named = () if args.strategy == args.default_strategy else tuple(parse_strategies(args.strategy))
+        candidates = Candidates(named, options=shapes,
+                                choose=max(sizes) if hosts else sizes[0] if given else machine.nproc_per_node)
     else:
-        candidates = Candidates(listed, tuple(sizes), shapes)
+        candidates = Candidates(tuple(parse_strategies(args.strategy)), tuple(sizes), shapes)
     check_comm_file(args.comm)
     measuring = Measuring(device, None if args.backend == AUTO else args.backend, args.steps, args.warmup,
                           args.min_seconds, args.probe_rounds, args.budget, args.max_error, args.max_other_load,

@@ -21,6 +21,7 @@ from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
 from ..workloads.model_config import workload_for
 from ..workloads.factories import load_factory
+from ..workloads.meta import meta_model
 from .outdir import check_out, default_out, refuse_if_held
 from .resume_checks import check_fault_flags, check_resume, out_may_hold_files
 
@@ -42,8 +43,10 @@ def checked(config: TrainConfig, nproc: int, env: DistEnv) -> TrainConfig:
     node_rank, launch = node_rank_of(config, env), config.launch
     if not (node_rank or launch.rdzv_endpoint or launch.dry_run):
         refuse_if_held(config.out)  # first: a live run's folder is refused for that, whatever it holds
-    facts = {"grad_accum": strategy.grad_accum, "batch_size": config.batch_size,
-             "world_size": nproc * (launch.nnodes or 1), "strategy": strategy.name}  # what a resume must agree with
+    world_size = nproc * (launch.nnodes or 1)
+    facts = {"grad_accum": strategy.grad_accum, "batch_size": config.batch_size, "world_size": world_size,
+             "data_parallel_size": strategy.dims(world_size).dp_size,
+             "strategy": strategy.name}  # what a resume must agree with
     for note in check_resume(config, model, facts):
         print(f"scaletrain: note: {note}", file=sys.stderr)
     if not node_rank and not out_may_hold_files(config):
@@ -70,16 +73,3 @@ def validate(config: TrainConfig, nproc: int):
     strategy.preflight(nproc, model, config.batch_size)  # splits, stages, micro-batches
     return config, strategy, model
 
-
-def meta_model(workload):
-    """The workload's model with its parameters on the meta device (shapes and names only).
-    A factory that cannot build there (it loads weights from a file, say) is built as it is."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            return workload.build_model()
-    except UsageError:
-        raise
-    except Exception:  # noqa: BLE001 - whatever the factory needs that meta tensors lack
-        return workload.build_model()

@@ -77,7 +77,7 @@ def launched(config) -> int:
               f"--strategy {config.strategy} on {config.workload}; nothing was started")
         return 0
     nproc = config.launch.nproc_per_node
-    if nproc and nproc != env.local_world_size:
+    if nproc and nproc != env.local_world_size and env.local_rank == 0:  # once per node, not once per rank
         print(f"scaletrain: note: --nproc-per-node {nproc} ignored: the {env.launcher} launcher "
               f"started {env.local_world_size} process(es) on this node", file=sys.stderr)
     check_fault_flags(config, env)

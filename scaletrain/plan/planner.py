@@ -17,6 +17,7 @@ from ..errors import UsageError, arg
 from ..strategies import REGISTRY
 from . import evidence
 from .choose import choose
+from .constraints import check_candidates, constraints_of, left_out_notes
 from .costs import NoCost
 from .predict import Prediction, predict
 from .request import PlanRequest
@@ -68,6 +69,7 @@ def _check(request: PlanRequest) -> None:
         workload.build_model()
     if t.dataset:
         workload.build_datasets(t.seed)
+    check_candidates(request, workload)
 
 
 def _predict(probe, name: str, n: int, machine, options: dict) -> Optional[Prediction]:
@@ -118,7 +120,7 @@ def _predictions(request: PlanRequest, device_type: str, say: Callable[[str], No
         verdicts(predictions, machine.device_memory_bytes, probe=probe,
                  noise=None if told else (error, len(probes), m.max_error)) + \
         fit_advice(probe, predictions, machine, shapes) + memory_note(request, device_type) + \
-        [error_line(error, len(probes))]
+        left_out_notes(request) + [error_line(error, len(probes))]
     return Plan(machine, measured, probes, probe, predictions, spreads, by_round, error, m.max_error, told,
                 conclusions, max_other_load=m.max_other_load, step_spreads=step_spreads(probes),
                 worked_out=worked_out(probe, predictions))
@@ -133,6 +135,6 @@ def _choice(request: PlanRequest, device_type: str, say: Callable[[str], None]) 
         return expected_error(median_predictions(plain)[1])
 
     measured = evidence.measured(request, device_type, error_of, say)
-    chosen = choose(measured.probes, world, request.training.batch_size, machine)
+    chosen = choose(measured.probes, world, request.training.batch_size, machine, constraints_of(request.candidates))
     return Plan(machine, measured, measured.probes, choice=chosen, world_size=world,
                 conclusions=memory_note(request, device_type), max_other_load=request.measuring.max_other_load)

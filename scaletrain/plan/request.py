@@ -95,6 +95,8 @@ class Measuring:
     """Probes measured before (bench.json's, plan --json's): predicted from as they are."""
     cached: bool = False
     """Take (and keep) the measurements cached for this model, batch, world and machine."""
+    subject: str = "plan"
+    """What the measurement is called when it says it was stopped ("--strategy auto's measurement")."""
 
     @property
     def spec(self) -> dict:

@@ -192,6 +192,9 @@ class Strategy:
     def check_world_size(self, world_size: int) -> None:
         """Raise UsageError when this strategy cannot run on `world_size` processes."""
         dims = self.dims(world_size)
+        if getattr(self.options, "parallelize", None) is not None and dims.tp == 1:
+            raise UsageError(f"{arg('parallelize')} is a tensor-parallel plan, but this run has no tensor parallel "
+                             f"(tp 1): give {arg('tp', 2)} or more, or leave {arg('parallelize')} out")
         reshard = getattr(self.options, "reshard_after_forward", None)
         if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.shards % reshard:
             raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
