@@ -19,7 +19,7 @@ import importlib
 from .version import __version__
 
 _LAZY = {
-    "init": ".api", "Run": ".api",
+    "init": ".api", "Run": ".run",
     "Checkpointer": ".checkpoint", "CheckpointError": ".checkpoint",
     "detect": ".environment", "DistEnv": ".environment",
     "UsageError": ".errors",

@@ -5,8 +5,8 @@ Llama built from a config: tensor parallel × 2, context parallel × 2, FSDP × 
 on the same global batches after 3 optimizer steps — built whole, and built on the meta device
 and materialised as each process's share, which starts from exactly an ordinary build's
 weights. A 2-D run's checkpoint resumes under
-ddp, one process and a 3-D layout with exactly the state it saved; under fp16, pipeline
-stages skip the same steps."""
+ddp, one process and a 3-D layout with exactly the state it saved, and the ddp, 2-D and 3-D
+checkpoints under tp × 2 and pp 2 × tp 2; under fp16, pipeline stages skip the same steps."""
 
 from __future__ import annotations
 
@@ -59,20 +59,38 @@ def assert_equal_states(a, b, what):
         assert torch.equal(value, second[key]), f"{what}: {key} differs"
 
 
+def assert_close_states(a, b, what):
+    """Equal within round-off: the same training in another layout (other reduction orders)."""
+    first, second = _tensors(a), _tensors(b)
+    assert first.keys() == second.keys() and first, what
+    for key, value in first.items():
+        assert torch.allclose(value, second[key], rtol=0, atol=ATOL), f"{what}: {key} differs by " \
+            f"{(value - second[key]).abs().max().item():.2g}"
+
+
 @pytest.mark.timeout(900)
-def test_a_2d_checkpoint_resumes_under_ddp_single_and_3d(tmp_path):
+def test_checkpoints_resume_across_layouts(tmp_path):
+    """A 2-D run's checkpoint resumes under ddp, one process and 3-D with exactly the state it
+    saved; the ddp, 2-D and 3-D checkpoints resume under tensor parallel alone (tp × 2) and
+    pipeline × tensor parallel (pp 2 × tp 2), whose groups mix tensors and DTensors, and end
+    where the uninterrupted run ends. Jobs of one world size share a launch."""
     worker = WORKERS / "composition_resume.py"
-    torchrun(worker, "2d", "first", str(tmp_path), nproc=4, timeout=200, check=True)
-    for layout, nproc in (("2d", 4), ("ddp", 2), ("single", 1), ("3d", 8)):
-        torchrun(worker, layout, "second", str(tmp_path), nproc=nproc, timeout=300, check=True)
-    torchrun(worker, "3d", "third", str(tmp_path), nproc=8, timeout=300, check=True)
-    saved = tmp_path / "2d" / "at-save"
+    for jobs, nproc in (("2d:first", 4), ("3d:second,3d:third", 8), ("ddp:second,tp:across", 2),
+                        ("2d:second,pp_tp:across", 4), ("single:second", 1)):
+        torchrun(worker, jobs, str(tmp_path), nproc=nproc, timeout=300, check=True)
+    saved, uninterrupted = tmp_path / "2d" / "at-save", tmp_path / "2d" / "uninterrupted"
     for kind in ("full", "sharded"):
         for layout in ("2d", "ddp", "single", "3d"):
             assert_equal_states(saved, tmp_path / layout / kind / "loaded", f"{kind} checkpoint loaded by {layout}")
         # Resumed in the same layout: the end of the uninterrupted run, exactly.
-        assert_equal_states(tmp_path / "2d" / "uninterrupted", tmp_path / "2d" / kind / "final", f"2d via {kind}")
+        assert_equal_states(uninterrupted, tmp_path / "2d" / kind / "final", f"2d via {kind}")
         assert_equal_states(tmp_path / "3d" / kind / "final", tmp_path / "3d" / kind / "again", f"3d via {kind}")
+        for layout in ("tp", "pp_tp"):
+            for source in ("2d", "ddp", "3d"):
+                here = tmp_path / layout / kind / f"from-{source}"
+                what = f"{kind} {source} checkpoint resumed by {layout}"
+                assert_equal_states(saved, here / "loaded", what)
+                assert_close_states(uninterrupted, here / "final", what)
 
 
 @pytest.mark.timeout(300)

@@ -21,7 +21,7 @@ from ..errors import UsageError
 from .parsing import positive_float, positive_int
 from .perf_options import add_steady_memory_argument, apply_steady_memory
 from .measure_options import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, batch_size_of,
-                              add_prediction_arguments, check_comm_file, hosts_for, machine_of, parse_int_list,
+                              add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies)
 from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
 from ..values import AUTO
@@ -129,6 +129,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     from ..backends import choose_backend
     from ..bench.configs import bench_configs
     from ..devices import choose_device, cpu_cores
+    from ..plan import default_machine
     from ..workloads import get_workload
     from .outdir import check_out, create_out, default_out
 
@@ -151,7 +152,8 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
                          "use --strategy ddp --world-sizes 1,2")
     # bench runs every configuration on this one machine (on a CPU: its processes share it)
     nproc = args.nproc_per_node or (max(world_sizes) if device.type == "cpu" else None)
-    machine = machine_of(args, device.type, nproc)
+    machine = default_machine(settings.device, nproc, args.link_gbps, args.link_latency_us, args.overlap,
+                              args.device_memory_gb, getattr(args, "devices_per_process", None))
     check_comm_file(args.comm)
     out = create_out(check_out(args.out or default_out("bench", max(world_sizes))))
     return measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, out, hosts)

@@ -115,7 +115,13 @@ def hosts_for(args: argparse.Namespace, default_world_sizes: Optional[str]):
     args.nproc_per_node = hosts.slots
     if args.world_sizes == default_world_sizes:
         args.world_sizes = f"1,{hosts.world_size}"
-    hosts.check_world_sizes(parse_int_list(args.world_sizes, "--world-sizes"))
+    # A job across the hosts uses every slot of every host: the layout the predictions assume
+    # (each host's processes consecutive ranks).
+    sizes = parse_int_list(args.world_sizes, "--world-sizes")
+    wrong = [n for n in sizes if n not in (1, hosts.world_size)]
+    if wrong:
+        raise UsageError(f"--world-sizes {','.join(map(str, sizes))}: across {hosts.flag} the job fills every slot "
+                         f"({len(hosts.hosts)} hosts × {hosts.slots}); use --world-sizes 1,{hosts.world_size}")
     return hosts
 
 
@@ -133,17 +139,6 @@ def batch_size_of(args: argparse.Namespace, workload: Optional[str] = None) -> i
     if args.batch_size is not None:
         return args.batch_size
     return get_workload(workload or args.workload, args.model, args.dataset, args.seq_len).batch_size
-
-
-def machine_of(args: argparse.Namespace, device_type: str, nproc_per_node: Optional[int]):
-    """Machines like this one, as the flags describe them (`nproc_per_node`: the processes on
-    each, as the command settled them)."""
-    from ..plan import default_machine
-
-    if args.overlap is not None and not 0 <= args.overlap <= 1:
-        raise UsageError(f"--overlap {args.overlap}: must be between 0 and 1")
-    return default_machine(device_type, nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
-                           args.device_memory_gb, getattr(args, "devices_per_process", None))
 
 
 def check_comm_file(path: Optional[Path]) -> None:

@@ -14,6 +14,7 @@ from typing import Optional
 
 from ..defaults import WORTH_AT_SPEEDUP
 from ..parallel import PARALLELISMS
+from .constraints import Constraints
 from .costs import cost_module
 from .predict import Prediction, predict
 from .verdict import implausible
@@ -122,12 +123,16 @@ class Choice:
         return [first, second + "."]
 
 
-def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machine) -> Choice:
-    """The fastest configuration that fits, by the median prediction over the probes' rounds."""
+def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machine,
+           constraints: Optional[Constraints] = None) -> Choice:
+    """The fastest configuration that fits, by the median prediction over the probes' rounds;
+    among those that keep what the user fixed (`constraints`), when given."""
     probe = probes[0]
     fp = probe.footprint
     tensor_parallel = bool(fp.block_tp_param_bytes)
     found = candidates(world_size, batch_size, len(fp.block_param_bytes), tensor_parallel, fp.attention_sequence)
+    if constraints:
+        found = constraints.candidates(found, world_size)
     predicted: list[tuple[Prediction, list[float]]] = []
     rejected, every = [], []
     for name, chosen_options in found:

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from ..errors import UsageError
+from ..measure.failed import measurement_failed
 from ..measure.footprint import Footprint
 from .formulas import ring_all_gather_seconds
 
@@ -163,6 +164,34 @@ class Probe:
         return asdict(self)
 
 
+#: Figures of a probe that a real measurement never gives as 0: a step takes time, a link moves bytes.
+NEVER_ZERO = ("step_s", "local_step_s", "fb_s", "busbw")
+
+
+def probe_problem(doc, where: str = "") -> Optional[str]:
+    """What makes a probe's figures (its `as_dict()`, as cached or recorded) impossible — a
+    negative, infinite or NaN number anywhere, a step time of 0 — or None. Predictions from
+    them would divide by zero or choose on nonsense."""
+    if isinstance(doc, dict):
+        items = doc.items()
+    elif isinstance(doc, (list, tuple)):
+        items = ((f"{i}", v) for i, v in enumerate(doc))
+    else:
+        items = ()
+    for key, value in items:
+        at = f"{where}.{key}" if where else str(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            if not math.isfinite(value) or value < 0 or (value == 0 and key in NEVER_ZERO):
+                return f"{at} is {value!r}"
+        else:
+            found = probe_problem(value, at)
+            if found:
+                return found
+    return None
+
+
 def footprint_from_dict(fp: dict) -> Footprint:
     lists = ("block_param_bytes", "grad_tensor_bytes", "block_tp_param_bytes", "block_tp_reduce_bytes_per_sample")
     lists = (*lists, "block_activation_bytes_per_sample", "unit_output_bytes_per_sample", "attention_kv_bytes_per_sample")
@@ -299,7 +328,7 @@ def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: O
         code = run_job(argv, nproc, hosts)
         where = f"{nproc} processes" + (f", one on each of {hosts.names}" if hosts else "")
         if code != 0 or not out.exists():
-            raise RuntimeError(f"the all_reduce probe on {where} failed (exit {code}); its error is printed above")
+            raise measurement_failed(f"the all_reduce probe on {where}", code, hosts)
         rows = json.loads(out.read_text())["results"]
     return link_from_rows(rows, f"all_reduce probe, {where}")
 

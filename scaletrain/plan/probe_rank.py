@@ -294,8 +294,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     from pathlib import Path
 
     from ..environment import detect
-    from ..errors import UsageError, as_flags
+    from ..errors import UsageError, arg, as_flags
     from ..files import write_json_atomic
+    from ..measure.failed import out_of_memory
     from ..launchers.failures import say_usage_error
     from ..launchers.interrupts import sigint_as_python
     from .jobs import STEPS_ONLY, TP_STEP
@@ -304,8 +305,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     settings = json.loads((sys.argv[1:] if argv is None else argv)[0])
     spec, kind = settings["spec"], settings["kind"]
     try:
-        result = measure_tp_round(spec) if kind == TP_STEP else \
-            measure_probe_round({**spec, "steps_only": kind == STEPS_ONLY})
+        try:
+            result = measure_tp_round(spec) if kind == TP_STEP else \
+                measure_probe_round({**spec, "steps_only": kind == STEPS_ONLY})
+        except (RuntimeError, MemoryError) as exc:
+            if not out_of_memory(exc):
+                raise
+            raise UsageError(f"measuring {spec['workload']} at {arg('batch_size', spec['batch_size'])} ran out of "
+                             f"memory in one process ({str(exc).splitlines()[0].strip()}): the measurement needs a "
+                             f"step of one process with the whole batch; give a smaller {arg('batch_size')}") from None
     except UsageError as exc:
         say_usage_error(as_flags(exc.raw))
         return 2

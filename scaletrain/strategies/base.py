@@ -200,6 +200,9 @@ class Strategy:
             raise UsageError(f"{arg('cp', dims.cp)} does not compose with {arg('strategy', self.name)}: its stages run "
                              f"micro-batches of whole sequences; use {arg('strategy', 'fsdp')} with {arg('cp')} (and "
                              f"{arg('tp')}), or drop {arg('cp')}")
+        if getattr(self.options, "parallelize", None) is not None and dims.tp == 1:
+            raise UsageError(f"{arg('parallelize')} is a tensor-parallel plan, but this run has no tensor parallel "
+                             f"(tp 1): give {arg('tp', 2)} or more, or leave {arg('parallelize')} out")
         reshard = getattr(self.options, "reshard_after_forward", None)
         if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.shards % reshard:
             over = "dp_shard × cp" if dims.cp > 1 else "dp_shard"  # FSDP shards over both

@@ -271,6 +271,15 @@ class TrainConfig:
                       "trackers": tuple(values.get("trackers", ())), "launch": LaunchSettings(**launch)})
 
     # -- what the settings mean ------------------------------------------------------------
+    def with_workload_defaults(self) -> "TrainConfig":
+        """Epochs and learning rate left to the workload made explicit (so the recorded
+        configuration says what ran); with --max-steps alone the ranks take the epochs it needs."""
+        from ..workloads.model_config import workload_for
+
+        workload = workload_for(self)
+        epochs = self.epochs if self.max_steps is not None else self.epochs or workload.epochs
+        return replace(self, epochs=epochs, lr=self.lr if self.lr is not None else workload.lr)
+
     @property
     def task_name(self) -> Optional[str]:
         """The task asked for; None: the workload's, or told from the data."""

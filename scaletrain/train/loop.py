@@ -18,7 +18,7 @@ from ..parallel.meta_init import uninitialisable
 from ..errors import UsageError, arg
 from ..startup import command_age
 from ..workloads.model_config import workload_for
-from ..workloads.tasks import derive, get_task
+from ..workloads.tasks import check_targets, derive, first_sample, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
 from .finite import NonFiniteGuard
@@ -41,7 +41,9 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, dump_dir=out,
               **config.strategy_options) as run:
         train_set, held_out = workload.build_datasets(config.seed)
-        task = get_task(config.task_name or workload.task or derive(train_set[0]))
+        sample = first_sample(train_set)
+        task = get_task(config.task_name or workload.task or derive(sample))
+        check_targets(task, sample)  # every rank alike, before anything waits for a peer
         with fits_in_memory(run):
             model = build_model(run, workload, config.meta_init)
             optimizer = adam(model.parameters(), lr=lr)

@@ -41,8 +41,10 @@ def launch(case: Case, target: Target, folder: Path, selected: set) -> dict:
     spec = folder / f"cases-{case.world}{'-shared' if case.shared_device else ''}.json"
     spec.write_text(json.dumps([c.as_dict() for c in group]))
     backend = "gloo" if case.shared_device else target.backend
+    # --standalone: torchrun binds its own port; a free port found beforehand can be taken by
+    # another socket before torchrun binds it, and such a launch fails before any rank starts.
     done = torchrun(WORKER, "--device", target.device, "--backend", backend, str(spec), nproc=case.world,
-                    timeout=LAUNCH_TIMEOUT)
+                    timeout=LAUNCH_TIMEOUT, standalone=True)
     found, started = {}, None
     for line in done.stdout.splitlines():
         kind, _, payload = line.partition(" ")
@@ -59,7 +61,9 @@ def launch(case: Case, target: Target, folder: Path, selected: set) -> dict:
         for c in group:
             if c.name not in found:
                 found[c.name] = {"error": f"exit {done.returncode} in this configuration: {why}" if c.name == started
-                                 else f"not reached: the launch ended in {started!r}"}
+                                 else f"not reached: the launch ended in {started}" if started is not None
+                                 else f"the launch failed before its first configuration (exit {done.returncode}): "
+                                      f"{why}"}
     return found
 
 
