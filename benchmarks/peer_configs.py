@@ -38,12 +38,20 @@ class Config:
     #: process and one core each, joined by a link capped at this tc rate ("veth": no cap).
     link: str = ""
     device: str = "cpu"  # cuda: one GPU per process, NCCL (raw, api, api-unpinned, trainer)
+    #: The scaletrain tree the api and trainer runners use: this one (""), or another version's
+    #: (`peers.py --against DIR`), run in the same rounds so that the two compare as ratios.
+    tree: str = ""
+
+    @property
+    def repo(self) -> Path:
+        return Path(self.tree) if self.tree else REPO
 
     @property
     def key(self) -> str:
         suffix = "" if self.compression == "none" else f"+{self.compression}"
         where = f" 2 hosts@{self.link}" if self.link else ""
-        return f"{self.workload} {self.nproc}p {self.runner}{suffix}{where}"
+        version = f" [{Path(self.tree).name}]" if self.tree else ""
+        return f"{self.workload} {self.nproc}p {self.runner}{suffix}{where}{version}"
 
 
 def build_configs(workloads: list[str], nprocs: list[int], runners: list[str], compressions: list[str],
@@ -83,7 +91,7 @@ def command(config: Config, result: Path, out: Path, epochs: int, batch: int, ma
         return [*torchrun(config.nproc), str(HERE / "run_raw_ddp.py"), *common]
     if config.runner in ("api", "api-unpinned"):
         unpinned = ["--no-pin"] if config.runner == "api-unpinned" else []
-        return [*torchrun(config.nproc), str(HERE / "run_scaletrain_api.py"), *common,
+        return [*torchrun(config.nproc), str(config.repo / "benchmarks" / "run_scaletrain_api.py"), *common,
                 "--grad-compression", config.compression, *unpinned]
     if config.runner == "trainer":
         return trainer_command(config, config.nproc, out, epochs, batch)
@@ -104,9 +112,9 @@ def trainer_command(config: Config, nproc_per_node: int, out: Path, epochs: int,
             "--grad-compression", config.compression, "--out", str(out)]
 
 
-def environment() -> dict:
+def environment(repo: Path = REPO) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
     env["PYTHONWARNINGS"] = "ignore"
     return env
 
@@ -118,7 +126,7 @@ def run_config(config: Config, scratch: Path, epochs: int, batch: int, timeout: 
     argvs = two_host_commands(config, out, epochs, batch) if config.link else [
         command(config, result, out, epochs, batch, max_steps)]
     started = time.time()
-    run_together(config.key, argvs, timeout)
+    run_together(config.key, argvs, timeout, config.repo)
     wall = time.time() - started
     if config.runner == "trainer":
         return trainer_result(out, wall)
@@ -127,11 +135,11 @@ def run_config(config: Config, scratch: Path, epochs: int, batch: int, timeout: 
     return data
 
 
-def run_together(key: str, argvs: list[list[str]], timeout: float) -> None:
+def run_together(key: str, argvs: list[list[str]], timeout: float, repo: Path = REPO) -> None:
     """Starts every command at once and waits for all; any failure or timeout ends the
     benchmark with the command's output (every process group is killed either way)."""
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment(),
-                              cwd=REPO, start_new_session=True) for argv in argvs]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=environment(repo), cwd=repo, start_new_session=True) for argv in argvs]
     deadline = time.monotonic() + timeout
     try:
         for proc, argv in zip(procs, argvs):

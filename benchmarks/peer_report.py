@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from peer_configs import REPO, Config, environment
@@ -64,6 +65,14 @@ def headline_rows(configs: list[Config], results: dict[str, list[dict]]) -> list
     processes on this machine: ratio of medians and paired ratio."""
     found = []
     for c in configs:
+        if c.tree and c.compression == "none" and not c.link:  # this version against the other, run for run
+            mine, theirs = results.get(replace(c, tree="").key), results.get(c.key)
+            for key in ("samples_per_second", "startup_seconds"):
+                if mine and theirs:
+                    found.append({"what": f"{c.runner} of this version ÷ of [{Path(c.tree).name}], "
+                                          f"{'start-up' if key == 'startup_seconds' else 'samples/s'}",
+                                  "workload": c.workload, "nproc": c.nproc, **_compare(mine, theirs, key)})
+            continue
         if c.nproc < 2 or c.link or c.compression != "none":
             continue
         pairs = [(against, "samples_per_second") for runner, against in HEADLINES if runner == c.runner]
@@ -144,6 +153,7 @@ def markdown(configs: list[Config], results: dict[str, list[dict]], accuracy: li
         c = row["config"]
         runner = c.runner + ("" if c.compression == "none" else f" + {c.compression} gradients")
         runner += f" (2 hosts, {link_words(c.link)})" if c.link else ""
+        runner += f" [{Path(c.tree).name}]" if c.tree else ""
         lines.append(f"| {c.workload} | {c.nproc} | {runner} | {row['speed']:.1f} | {_ratio(row['speed_ratio'])} | "
                      f"{row['startup']:.2f} | {_ratio(row['startup_ratio'])} | "
                      f"{', '.join(map(str, row['threads']))} | {row['n']} |")

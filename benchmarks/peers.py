@@ -33,6 +33,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,6 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: one GPU per process over NCCL, for the runners raw, api, api-unpinned and trainer "
                         "(default cpu: Gloo)")
+    p.add_argument("--against", type=Path, metavar="DIR",
+                   help="also run the api and trainer runners of another version's tree (a copy of it at DIR), in "
+                        "the same rounds: the rows named [DIR's name] are that version's")
     p.add_argument("--out", type=Path, default=REPO / "docs" / "performance-results.md",
                    help="markdown file to write (default docs/performance-results.md)")
     args = p.parse_args(argv)
@@ -104,6 +108,9 @@ def main(argv=None) -> int:
     configs = build_configs([w for w in args.workloads.split(",") if w], [int(n) for n in args.nprocs.split(",")],
                             [r for r in args.runners.split(",") if r], args.compression.split(","), args.link_list,
                             args.device)
+    if args.against is not None:  # the same api and trainer runs of the other version, beside these
+        configs += [replace(c, tree=str(args.against.resolve())) for c in configs
+                    if c.runner in ("api", "trainer") and not c.link]
     results: dict[str, list[dict]] = {c.key: [] for c in configs}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="scaletrain-peers-") as scratch, two_hosts(any(c.link for c in configs)):

@@ -1,7 +1,7 @@
 """`scaletrain plan --json` (and `plan --choose --json`) of two versions of scaletrain on the
 same measurements: are the predictions the same?
 
-    python benchmarks/plan_same.py [--old-rev 50d36d7 | --old DIR] [--recorded DIR] [--workloads a,b,...]
+    python benchmarks/plan_same.py [--old-rev 50d36d7 | --old DIR] [--recorded DIR] [--workloads a,b,...] [--out DIR]
 
 The earlier version is `--old DIR` (a copy of its tree) or, by default, `git archive` of
 `--old-rev` unpacked into a temporary folder. The measurements are recorded once, by the
@@ -13,7 +13,9 @@ from the same numbers. For every prediction (strategy, world size, mesh) the fig
 compared as the plan prints them (step and communication in ms to 0.1, samples/s to 1,
 speedup to 0.01×, efficiency to 1%, memory to 3 digits, fits, note), and as numbers (the
 largest relative difference of any figure); the conclusions, the chosen configuration and its
-flags, line by line. Exits 1 when anything printed differs.
+flags, line by line. Exits 1 when anything printed differs. `--out DIR` also writes the table
+(plan-same.md) and keeps the measurements there (DIR/recorded/), e.g. on a GPU machine, where
+the predictions' CUDA paths are the ones compared.
 """
 
 from __future__ import annotations
@@ -141,16 +143,22 @@ def main() -> int:
     p.add_argument("--recorded", type=Path, help="WORKLOAD.json measurements recorded before (--keep)")
     p.add_argument("--keep", type=Path, help="keep the recorded measurements in this folder")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--out", type=Path, help="write the table to DIR/plan-same.md and keep the measurements in DIR")
     args = p.parse_args()
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
     with tempfile.TemporaryDirectory(prefix="plan-same-") as tmp:
         old_tree = args.old.resolve() if args.old else old_tree_of(args.old_rev, Path(tmp))
-        folder = (args.recorded or args.keep or Path(tmp) / "recorded").resolve()
+        folder = (args.recorded or args.keep or (args.out / "recorded" if args.out else Path(tmp) / "recorded")).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         failed = False
-        print(f"earlier: {old_tree}; new: {REPO}; measurements: {folder}")
-        print(f"| workload | predictions | printed differently | largest relative difference | conclusions | "
-              f"--choose |")
-        print("|---|---:|---:|---:|---|---|")
+        say(f"earlier: {old_tree}; new: {REPO}; measurements: {folder}")
+        say("| workload | predictions | printed differently | largest relative difference | conclusions | --choose |")
+        say("|---|---:|---:|---:|---|---|")
         for workload in args.workloads.split(","):
             recorded = record(old_tree, folder, workload)
             plan = ["plan", "--workload", workload, "--json"]
@@ -159,12 +167,15 @@ def main() -> int:
                                                      run_version(REPO, recorded, plan))
             choice_diffs = compare_choices(run_version(old_tree, recorded, choose), run_version(REPO, recorded, choose))
             printed_differently = [d for d in plan_diffs if not d.startswith("conclusion")]
-            print(f"| {workload} | {count} | {len(printed_differently)} | {worst:.1e} | "
-                  f"{'same' if not any(d.startswith('conclusion') for d in plan_diffs) else 'DIFFER'} | "
-                  f"{'same' if not choice_diffs else 'DIFFER'} |")
+            say(f"| {workload} | {count} | {len(printed_differently)} | {worst:.1e} | "
+                f"{'same' if not any(d.startswith('conclusion') for d in plan_diffs) else 'DIFFER'} | "
+                f"{'same' if not choice_diffs else 'DIFFER'} |")
             for line in plan_diffs + choice_diffs:
-                print(f"    {workload}: {line}")
+                say(f"    {workload}: {line}")
             failed |= bool(plan_diffs or choice_diffs)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "plan-same.md").write_text("\n".join(lines) + "\n")
     return 1 if failed else 0
 
 

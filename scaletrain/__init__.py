@@ -19,15 +19,18 @@ import importlib
 from .version import __version__
 
 _LAZY = {
-    "init": ".api", "Run": ".api",
+    "init": ".api", "Run": ".run",
     "Checkpointer": ".checkpoint", "CheckpointError": ".checkpoint",
     "detect": ".environment", "DistEnv": ".environment",
     "UsageError": ".errors",
     "launch": ".launchers.function", "LaunchError": ".launchers.function",
+    # Context parallel's hooks for a model's own attention, positions and loss (docs/context-parallel.md).
+    "context_parallel_attention": ".parallel.cp_attention", "token_positions": ".parallel.cp_attention",
+    "sequence_part": ".parallel.context_parallel",
 }
 
 __all__ = ["init", "Run", "launch", "LaunchError", "detect", "DistEnv", "UsageError", "Checkpointer",
-           "CheckpointError", "__version__"]
+           "CheckpointError", "context_parallel_attention", "token_positions", "sequence_part", "__version__"]
 
 
 def __getattr__(name: str):

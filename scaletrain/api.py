@@ -16,38 +16,31 @@ The same script runs as one process (`python script.py`) and under any launcher
 from __future__ import annotations
 
 import contextlib
+
 import os
 import random
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from . import process_group
 from .backends import choose_backend
-from .batches import NO_TARGETS
-from . import evaluation
-from .checkpoint import DEFAULT_KEEP, Checkpointer
 from .checkpoint.background import BackgroundSaves
 from .context import ProcessContext
-from .data import ShardedLoader
 from .defaults import HANG_TIMEOUT_S
 from .devices import choose_device, pin_cores, threads_per_process
-from .environment import DistEnv, detect
+from .environment import detect
 from .errors import UsageError, arg
 from .fault.evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
 from .memory import MemoryMeter
+from .run import Run
 from .steady_memory import make_steady, wanted
-from .parallel import ModelPart, Prepared, Topology
-from .parallel.model_state import ModuleState
-from .precision import LossScaler
-from .run_collectives import RunCollectives
-from .strategies import Strategy, get_strategy
+from .strategies import Strategy, get_strategy, implied_strategy
 from .track import Trackers, TrackerSpec, check_trackers, open_trackers
 
 
@@ -56,436 +49,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-
-
-class Run(RunCollectives):
-    """One process's view of a distributed training run."""
-
-    def __init__(self, env: DistEnv, strategy: Strategy, ctx: ProcessContext, owns_group: bool, seed: int):
-        self.env = env
-        self.strategy = strategy
-        self.ctx = ctx
-        #: The run's parallel dimensions and device mesh: every topology question is its.
-        self.topology: Topology = strategy.topology(ctx)
-        self.seed = seed
-        self._owns_group = owns_group
-        self._closed = False
-        self._micro_step = 0  # position inside a gradient-accumulation cycle
-        self._prepared: dict[int, Prepared] = {}  # id(what setup returned) -> its prepared state
-        self.started = time.perf_counter()
-        self.steps_taken = 0  # train_step calls so far (restored by load_checkpoint)
-        self._watchdog = None  # hang detection, when there are peers to wait for
-        self.cores: Optional[list[int]] = None  # the cores this process was pinned to, if any
-        self.trackers = Trackers([])  # init(trackers=...): rank 0's experiment trackers
-        # fp16's loss scaling; where processes hold different gradients, they agree on overflow.
-        self.scaler = LossScaler(strategy.precision, ctx.device, self.topology.gradients_differ)
-        self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
-        self._meta_built = None  # what that build did to every tensor (parallel/init_trace.py)
-        self.memory = MemoryMeter(ctx.device)  # made again once the process group is up (init)
-        self.background_saves = BackgroundSaves()  # the one checkpoint written in the background, if any
-
-    # -- who am I -----------------------------------------------------------------------
-    rank = property(lambda self: self.ctx.rank)
-    local_rank = property(lambda self: self.ctx.local_rank)
-    world_size = property(lambda self: self.ctx.world_size)
-    local_world_size = property(lambda self: self.ctx.local_world_size)
-    node_rank = property(lambda self: self.ctx.node_rank)
-    nnodes = property(lambda self: self.ctx.nnodes)
-    device = property(lambda self: self.ctx.device)
-    backend = property(lambda self: self.ctx.backend)
-    threads = property(lambda self: self.ctx.threads)
-    is_main = property(lambda self: self.ctx.rank == 0)
-
-    @property
-    def data_parallel_rank(self) -> int:
-        """Which data-parallel shard of every global batch this process reads."""
-        return self.topology.dp_rank
-
-    @property
-    def data_parallel_size(self) -> int:
-        """How many different batches one optimizer step sees (replicas × shards)."""
-        return self.topology.dp_size
-
-    @property
-    def mesh(self):
-        """The DeviceMesh of the run, its dimensions named as scaletrain.parallel.dims.MESH_DIMS."""
-        return self.topology.mesh
-
-    # -- model and data -----------------------------------------------------------------
-    def setup(self, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, scheduler: Any = None, *,
-              init_fn: Optional[Callable[[nn.Module], None]] = None):
-        """Places and wraps the model for the strategy and points the optimizer (your own
-        object, changed in place) at the parameters this process trains, so a scheduler
-        bound to it keeps driving it. Returns the model; (model, optimizer) when an
-        optimizer is given; (model, optimizer, scheduler) when a scheduler is given too.
-        Call it once per model (a GAN's generator and discriminator: twice).
-
-        A model built inside `run.meta_device()` holds no memory yet: it is parallelised
-        first, then each process materialises and initialises only its own share, with the
-        weights an ordinary build would have had (each module's `reset_parameters`, a Hugging
-        Face model's `_init_weights`; or `init_fn(module)`, called on every module)."""
-        if any(model is p.model or model is p.module for p in self._prepared.values()):
-            raise UsageError("run.setup was already called on this model: call it once per model and keep using "
-                             "what it returned (model, optimizer = run.setup(model, optimizer))")
-        if init_fn is None and (why := self.meta_init_difference(model)):
-            raise UsageError(f"the model built in run.meta_device() would not start from the weights of an ordinary "
-                             f"build: {why}; build it on a real device (outside run.meta_device()), or pass "
-                             "init_fn=fn(module) to run.setup to initialise it your way")
-        prepared = self.strategy.setup(self.topology, model, optimizer, meta_rng=self._meta_rng, init_fn=init_fn)
-        self.scaler.sharded = self.topology.gradients_differ  # a strategy may settle its dimensions here (auto)
-        self._prepared[id(prepared.model)] = prepared
-        for line in prepared.banner:
-            self.print(f"scaletrain: {line}")
-        if scheduler is not None:
-            if getattr(scheduler, "optimizer", prepared.optimizer) is not prepared.optimizer:
-                scheduler.optimizer = prepared.optimizer  # drive the optimizer that really steps
-            return prepared.model, prepared.optimizer, scheduler
-        return prepared.model if optimizer is None else (prepared.model, prepared.optimizer)
-
-    @contextlib.contextmanager
-    def meta_device(self):
-        """Build a model inside this block and it holds no memory until `run.setup` gives each
-        process its share of it: for models larger than one process. The random state the
-        build starts drawing from is kept, so that setup initialises the model exactly as
-        building it here on a real device would have.
-
-            with run.meta_device():
-                model = MyModel()                     # shapes only
-            model, optimizer = run.setup(model, torch.optim.AdamW(model.parameters()))
-        """
-        def first_parameter(module, name, param):
-            # The state before the first module draws its initial weights: after any seeding
-            # the building code does itself (a factory that calls torch.manual_seed first).
-            if self._meta_rng is None:
-                self._meta_rng = torch.get_rng_state()
-
-        from .parallel.init_trace import recording
-
-        self._meta_rng = None
-        hook = torch.nn.modules.module.register_module_parameter_registration_hook(first_parameter)
-        try:
-            # Recorded (meta kernels only), so that setup can tell whether replaying the
-            # modules' initialisation reproduces this build (parallel/meta_check.py).
-            with torch.device("meta"), recording() as self._meta_built:
-                yield
-        finally:
-            hook.remove()
-
-    def meta_init_difference(self, model: nn.Module) -> Optional[str]:
-        """For a model built inside `meta_device()`: None when `setup` will give it exactly the
-        weights an ordinary build would have; else why not, in words (a buffer computed in a
-        constructor, an initialisation of the constructor's own, weights tied after both drew)."""
-        from .parallel.meta_check import meta_build_difference
-
-        return meta_build_difference(model, self._meta_built)
-
-    def prepared(self, model: nn.Module, training: bool = True) -> Prepared:
-        """The strategy's per-run state for a model that `setup` returned. A model never
-        given to `setup` is used as it is: evaluated, or trained by one process; several
-        processes train it only when it synchronises itself (your own DDP or FSDP wrapper),
-        since nothing else would keep their copies equal."""
-        found = self._prepared.get(id(model))
-        if found is not None:
-            return found
-        if any(p.module is model and p.model is not model for p in self._prepared.values()):
-            raise UsageError("this is the model you gave run.setup, not the one it returned: pass the returned "
-                             "model (model, optimizer = run.setup(model, optimizer)), or its gradients are not "
-                             "synchronised")
-        if training and self.world_size > 1 and not _synchronises_itself(model):
-            raise UsageError(f"this model was never given to run.setup, so its gradients would not be synchronised "
-                             f"and the {self.world_size} processes would train {self.world_size} different models; "
-                             "prepare it first: model, optimizer = run.setup(model, optimizer)")
-        config = self.strategy.configuration(self.world_size, self.local_world_size)
-        return Prepared(config, self.topology, ModelPart(module=model, model=model), None)
-
-    def loader(self, dataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
-               seed: Optional[int] = None, **loader_kwargs) -> ShardedLoader:
-        """A loader over this rank's shard; `batch_size` is per process. Batches arrive on
-        `run.device`, and every pass over the loader is a new epoch with a new order.
-
-        `dataset`: map-style (shuffled and shared out by a distributed sampler, or by your
-        own `sampler=`, of which each rank takes every N-th index), or an IterableDataset
-        (a stream: dealt out as it is read, each sample to one rank and one worker per
-        epoch; it must yield the same samples in the same order on every rank).
-        `collate_fn`, `num_workers` and DataLoader's other arguments pass through."""
-        drop_last = drop_last or self.strategy.whole_batches_only()
-        return ShardedLoader(dataset, batch_size, shard=self.data_parallel_rank, num_shards=self.data_parallel_size,
-                             shuffle=shuffle,
-                             drop_last=drop_last, seed=self.seed if seed is None else seed,
-                             device=self.device, **loader_kwargs)
-
-    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, targets: Any = NO_TARGETS,
-                   loss_fn: Optional[Callable] = None, *, scheduler: Any = None,
-                   max_grad_norm: Optional[float] = None) -> torch.Tensor:
-        """zero_grad, forward, backward (gradients synchronised), clipping, optimizer step,
-        for one batch: `(inputs, targets)` (or `inputs, targets` as two arguments), a mapping
-        passed as `model(**batch)`, or a tensor. The loss is `loss_fn(output, ...)` when
-        given, else the model's own (`output.loss`). Returns the loss as a detached tensor:
-        no host synchronisation in the hot loop. `scheduler` steps after the optimizer;
-        `max_grad_norm` clips the gradients' norm first (see `clip_grad_norm`).
-
-        With `grad_accum=N` a call is one micro-step: the optimizer steps on every N-th call,
-        the N-1 before it accumulate gradients without synchronising them (each loss scaled
-        by 1/N), so N calls on batches of B equal one step on a batch of N*B.
-
-        It is `accumulate`, `backward`, `clip_grad_norm` and `step`, the calls a
-        hand-written loop uses; the forward and backward are the strategy's (a pipeline
-        runs them on its schedule)."""
-        with self.watch("train step"):
-            if self._micro_step == 0:
-                optimizer.zero_grad(set_to_none=True)
-            with self.accumulate(model):
-                scale = self.scaler.factor() / self.strategy.grad_accum
-                loss = self.prepared(model).forward_backward(batch, targets, loss_fn, scale=scale)
-            if max_grad_norm is not None:
-                self.clip_grad_norm(model, max_grad_norm)
-            self.step(optimizer, scheduler)
-        return loss
-
-    # -- the calls of a hand-written loop -----------------------------------------------
-    def accumulate(self, model: nn.Module):
-        """Context around a micro-step's forward and backward: gradients are not
-        synchronised inside it, except on the last micro-step of an accumulation cycle
-        (`grad_accum=N`), whose backward synchronises everything accumulated. Entering it
-        on a cycle's first micro-step clears the gradients the previous step left (they stay
-        readable until then)."""
-        prepared = self.prepared(model)
-        if self._micro_step == 0:
-            for parameter in prepared.model.parameters():
-                parameter.grad = None
-        if self.stepping:
-            return contextlib.nullcontext()
-        return prepared.no_sync()
-
-    @property
-    def stepping(self) -> bool:
-        """True on the micro-step after which the optimizer steps (always, without accumulation)."""
-        return self._micro_step == self.strategy.grad_accum - 1
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """loss.backward(), with the loss divided by the accumulation's micro-steps and, for
-        fp16, multiplied by the gradient scaler's factor. Under pipeline, forward and
-        backward run on the strategy's schedule: use `train_step` or `forward_backward`."""
-        self.scaler.scale(loss / self.strategy.grad_accum).backward()
-
-    def clip_grad_norm(self, model: nn.Module, max_norm: float, norm_type: float = 2.0) -> Optional[torch.Tensor]:
-        """Scales the gradients of `model` down so that their norm — the whole model's, as one
-        process would compute it: across FSDP's shards and a pipeline's stages — is at most
-        `max_norm`. Returns that norm (before clipping), or None on an accumulation
-        micro-step, where the gradient is not complete and nothing is done. With fp16 the
-        gradients are unscaled first."""
-        if not self.stepping:
-            return None
-        prepared = self.prepared(model)
-        if prepared.optimizer is not None:
-            self.scaler.unscale(prepared.optimizer)
-        elif self.scaler.enabled:
-            raise UsageError("clip_grad_norm under fp16 needs the optimizer: give it to run.setup(model, optimizer)")
-        parameters = [p for p in prepared.model.parameters() if p.grad is not None]
-        norm = prepared.grad_norm(parameters, norm_type)
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
-        return norm
-
-    def step(self, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> bool:
-        """Ends a micro-step: on the last one of an accumulation cycle (every one, without
-        accumulation) the optimizer steps (fp16: through the gradient scaler, which skips a
-        step whose gradients overflowed) and `scheduler` steps. Counts the step for
-        checkpoints and hang reports. Returns True when it stepped."""
-        stepped = self.stepping
-        if stepped:
-            self.scaler.step(optimizer)
-            self.scaler.update()
-            if scheduler is not None:
-                scheduler.step()
-        self._micro_step = (self._micro_step + 1) % self.strategy.grad_accum
-        self.steps_taken += 1
-        if self._watchdog is not None:
-            self._watchdog.step = self.steps_taken
-        return stepped
-
-    def forward_backward(self, model: nn.Module, batch: Any, targets: Any = NO_TARGETS,
-                         loss_fn: Optional[Callable] = None, scale: float = 1.0) -> torch.Tensor:
-        """Forward and backward only (gradients synchronised unless inside `no_sync`): the
-        middle of `train_step`, for loops that time or accumulate the parts themselves."""
-        return self.prepared(model).forward_backward(batch, targets, loss_fn, scale)
-
-    def no_sync(self, model: nn.Module):
-        """Context for gradient accumulation: backward inside it does not communicate;
-        the first backward outside it synchronises everything accumulated."""
-        return self.prepared(model).no_sync()
-
-    def accumulation_position(self) -> tuple[int, int]:
-        """(micro-steps done in the current accumulation cycle, micro-steps per optimizer step)."""
-        return self._micro_step, self.strategy.grad_accum
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        """The user's module inside whatever wrapper the strategy added (a pipeline stage:
-        this process's part of it)."""
-        found = self._prepared.get(id(model))
-        return found.module if found is not None and found.model is not found.module else getattr(model, "module", model)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module, dataset, batch_size: int = 256, loss_fn: Optional[Callable] = None,
-                 metrics: Any = None, collate_fn: Optional[Callable] = None, **loader_kwargs) -> dict:
-        """Metrics over `dataset` (map-style or an IterableDataset, batches of any form the
-        model takes), each sample counted exactly once whatever the world size; returns
-        {name: value, ..., "count": samples}. Every rank must call it.
-
-        `metrics`: names among "loss", "accuracy", "perplexity", functions
-        `fn(output, batch) -> number` (a batch's mean), or a mapping name -> either; by
-        default the loss, and the accuracy when the model is a classifier (a tensor of
-        logits, integer targets). The loss is `loss_fn(output, targets...)` (a mean over the
-        batch) when given, else the model's own `output.loss`."""
-        self.memory.snapshot()  # the training peak so far; evaluation's own is not training's
-        try:
-            with self.watch("evaluate"):
-                return evaluation.evaluate(self.prepared(model, training=False), dataset, batch_size=batch_size,
-                                           loss_fn=loss_fn,
-                                           metrics=metrics, collate_fn=collate_fn, shard=self.data_parallel_rank,
-                                           num_shards=self.data_parallel_size, device=self.device,
-                                           all_reduce=self._all_reduce, reports=self.topology.reports_outputs,
-                                           loader_kwargs=loader_kwargs)
-        finally:
-            self.memory.reset_peak()
-
-    # -- communication helpers ----------------------------------------------------------
-    def watch(self, name: str, nbytes: Optional[int] = None):
-        """Context for a blocking operation of your own (a collective, a wait on peers): if
-        it outlasts the timeout while a peer is silent or elsewhere, that peer is named, every
-        rank's stacks and last collectives are written into the run's folder, and this process
-        exits (see docs/fault-tolerance.md). `nbytes`: what it carries, for that record.
-        train_step, evaluate, sum, mean, barrier and checkpoints are watched already."""
-        return self._watchdog.op(name, nbytes) if self._watchdog is not None else contextlib.nullcontext()
-
-    # -- checkpoints --------------------------------------------------------------------
-    def checkpointer(self, directory, keep: int = DEFAULT_KEEP, layout: str = "auto",
-                     asynchronous: bool = False) -> Checkpointer:
-        """A Checkpointer writing into `directory` (keeps the newest `keep` checkpoints;
-        layout "full", "sharded" or "auto": sharded for a large sharded model).
-        `asynchronous=True`: each save returns once the state is in host memory, and the files
-        are written while training goes on (one at a time; `run.close()` waits for the last)."""
-        return Checkpointer(self, Path(directory), keep, layout, asynchronous=asynchronous)
-
-    def save_checkpoint(self, directory, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
-                        step: Optional[int] = None, scheduler=None, loader=None, extra: Optional[dict] = None,
-                        keep: int = DEFAULT_KEEP, layout: str = "auto", asynchronous: bool = False) -> Path:
-        """Saves model, optimizer, schedule, loader position, every rank's RNG state and the
-        step into `directory`/step-N atomically. Every rank must call it. `asynchronous`:
-        as `run.checkpointer`'s (the path returned is complete once written)."""
-        return self.checkpointer(directory, keep, layout, asynchronous).save(
-            self.steps_taken if step is None else step, model, optimizer, scheduler=scheduler, loader=loader,
-            extra=extra)
-
-    def load_checkpoint(self, source, model: nn.Module, optimizer: Optional[torch.optim.Optimizer] = None, *,
-                        scheduler=None, loader=None) -> Optional[dict]:
-        """Restores what save_checkpoint saved, on any world size and strategy; `source` is a
-        checkpoint folder, a folder of them (the newest complete one that verifies is used)
-        or a run's output folder. Returns {"path", "step", "loader", "extra", "world_size",
-        "notes"}. Every rank must call it."""
-        return Checkpointer(self, Path(source)).load(Path(source), model, optimizer, scheduler=scheduler,
-                                                     loader=loader)
-
-    # What the checkpoints need of the run (checkpoint.checkpointer.Host).
-    def state_owner(self, model: nn.Module):
-        found = self._prepared.get(id(model))
-        return found if found is not None else ModuleState(model)
-
-    def checkpoint_facts(self) -> dict:
-        return {"strategy": self.strategy.name, "world_size": self.world_size,
-                "data_parallel_size": self.data_parallel_size, "grad_accum": self.strategy.grad_accum}
-
-    # -- experiment trackers ------------------------------------------------------------
-    def log(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None:
-        """Scalars ({"train/loss": 0.31, ...}; numbers or one-element tensors) to the trackers
-        given to init, at `step` (default: train_step calls so far). Rank 0 records; on other
-        ranks it does nothing, so reduce first (`run.mean(loss)`) for a value of all ranks."""
-        self.trackers.log(metrics, self.steps_taken if step is None else step)
-
-    def log_config(self, config: Mapping[str, Any]) -> None:
-        """The run's settings, once (rank 0 records)."""
-        self.trackers.log_config(config)
-
-    def print(self, *args, **kwargs) -> None:
-        """print() on rank 0 only, so N processes do not print N copies."""
-        if self.is_main:
-            kwargs.setdefault("flush", True)
-            print(*args, **kwargs)
-
-    # -- lifetime -----------------------------------------------------------------------
-    def describe(self) -> dict:
-        """Facts about this run for summary.json. Every rank must call it: it gathers each
-        process's memory of parameters, gradients and optimizer state."""
-        facts = {"strategy": self.strategy.name, "backend": self.backend, "device": str(self.device),
-                 "world_size": self.world_size, "nnodes": self.nnodes,
-                 "nproc_per_node": self.local_world_size, "launcher": self.env.launcher,
-                 "threads_per_process": self.threads, "data_parallel_size": self.data_parallel_size,
-                 "pinned_cores": self.cores}
-        facts.update(self.strategy.describe(self.topology))
-        facts.update(self._memory_per_rank())
-        for prepared in self._prepared.values():
-            facts.update(prepared.describe())
-        return facts
-
-    def memory_stats(self) -> dict:
-        """This process's memory in bytes: `baseline_bytes` (at init, before the model was
-        built), `peak_bytes` (the most during training: evaluation left out), `current_bytes`;
-        on CUDA the allocator's figures (and `peak_reserved_bytes`), on a CPU resident memory."""
-        return self.memory.facts()
-
-    def _memory_per_rank(self) -> dict:
-        """Every rank's baseline and peak memory, in rank order (collective)."""
-        mine = self.memory.facts()
-        names = {"baseline_bytes": "baseline_memory_bytes", "peak_bytes": "peak_memory_bytes",
-                 "peak_reserved_bytes": "peak_memory_reserved_bytes", "data_segment_bytes": "data_segment_bytes"}
-        keys = [k for k in names if mine.get(k) is not None]
-        values = self.gather(torch.tensor([[float(mine[k]) for k in keys]], dtype=torch.float64,
-                                          device=self.ctx.gather_device))
-        return {names[k]: [int(row[i]) for row in values.tolist()] for i, k in enumerate(keys)}
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.trackers.finish()  # flushed and closed even when the loop did not finish them
-            self._finish_background_save()
-            if self._watchdog is not None:
-                self._watchdog.stop()
-            # Gloo's worker threads free a finished collective's tensors and need the GIL to
-            # do it, while destroying the group (or, later, DDP's reducer) joins them with the
-            # GIL held: a deadlock at exit in torch 2.13 (pytorch/pytorch#75097). Moments
-            # without the GIL, before and after, let the workers finish first.
-            time.sleep(0.05)
-            process_group.destroy_process_group(self._owns_group)
-            time.sleep(0.05)
-
-    def _finish_background_save(self) -> None:
-        """A checkpoint still being written is finished before the process group goes (its
-        thread talks over it); one that failed and was never reported is said here."""
-        if not self.background_saves.unsettled:
-            return
-        step = self.background_saves.step
-        outcome, _ = self.background_saves.settle()
-        if isinstance(outcome, BaseException):
-            import sys
-
-            print(f"scaletrain: error: the checkpoint of step {step} could not be written: {outcome}; the previous "
-                  "checkpoint is kept", file=sys.stderr, flush=True)
-
-    def __enter__(self) -> "Run":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (f"Run(strategy={self.strategy.name!r}, rank={self.rank}, world_size={self.world_size}, "
-                f"device={str(self.device)!r}, backend={self.backend!r})")
-
-
-def _synchronises_itself(model: nn.Module) -> bool:
-    """A model the user wrapped for data parallelism: DDP, FSDP, or parameters that are DTensors."""
-    names = {cls.__name__ for cls in type(model).__mro__}
-    return bool(names & {"DistributedDataParallel", "FSDPModule", "FullyShardedDataParallel"}) or any(
-        type(p).__name__ == "DTensor" for p in model.parameters())
 
 
 def _timeout(value: Optional[float | timedelta]) -> timedelta:
@@ -503,13 +66,15 @@ def _timeout(value: Optional[float | timedelta]) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, device: Optional[str] = None,
+def init(strategy: Optional[str | Strategy] = None, *, backend: Optional[str] = None, device: Optional[str] = None,
          threads: Optional[int] = None, seed: Optional[int] = 0, timeout: Optional[float | timedelta] = None,
          environ: Optional[Mapping[str, str]] = None, pin: bool = True, trackers: Sequence[TrackerSpec] = (),
          tracker_dir: Optional[str | Path] = None, steady_memory: Optional[bool] = None,
          dump_dir: Optional[str | Path] = None, **strategy_options: Any) -> Run:
     """Detects the environment, sets up the process group, device, backend and threads.
 
+    `strategy`: a name or a Strategy; without one, what the degrees given imply (as on the
+    command line: `cp=2` or `dp_shard=2` fsdp, `tp=2` alone tp, `pp=2` pipeline), else ddp.
     Without a launcher this is one process (rank 0 of 1); under torchrun, mpirun, srun or
     `scaletrain launch` it joins the job. `seed` is applied on every rank (None: leave the
     random state alone). `timeout`: seconds (or a timedelta) a rank waits for its peers
@@ -525,7 +90,7 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     env = detect(os.environ if environ is None else environ)
     if wanted(steady_memory, os.environ if environ is None else environ):
         make_steady()  # before the model and the data: every large tensor from here on
-    strat = get_strategy(strategy, **strategy_options)
+    strat = get_strategy(strategy or implied_strategy(strategy_options), **strategy_options)
     wait = _timeout(timeout)
     check_trackers(trackers)  # a missing package is found before any process waits for this one
     dev = choose_device(device, strat.device_slot(env.local_rank, env.local_world_size))
@@ -540,16 +105,18 @@ def init(strategy: str | Strategy = "ddp", *, backend: Optional[str] = None, dev
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     ctx = ProcessContext(env, dev, chosen_backend, n_threads)
-    run = Run(env, strat, ctx, owns_group=False, seed=seed or 0)
-    run.cores = cores
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
+    topology = strat.topology(ctx)
     enable_flight_recorder()  # torch records the group's collectives, for a hang's evidence
-    run._owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
+    owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
     dumps = Path(dump_dir) if dump_dir is not None else Path(tracker_dir) if tracker_dir is not None else Path("runs")
-    run._watchdog = start_watchdog(env, wait, dumps.absolute())
-    run.background_saves.timeout = backstop_timeout(wait)
-    run.memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
+    watchdog = start_watchdog(env, wait, dumps.absolute())
+    memory = MemoryMeter(dev)  # the baseline: the process, torch and its group, no model yet
+    opened = Trackers([])
     if trackers:
         where = Path(tracker_dir) if tracker_dir is not None else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-        run.trackers = open_trackers(trackers, where, active=run.is_main)
-    return run
+        # A tracking server that never answers is named, not waited on.
+        with watchdog.op("opening the trackers") if watchdog is not None else contextlib.nullcontext():
+            opened = open_trackers(trackers, where, active=ctx.is_main)
+    return Run(env, strat, ctx, topology, seed or 0, owns_group=owns_group, cores=cores, watchdog=watchdog,
+               memory=memory, trackers=opened, background_saves=BackgroundSaves(backstop_timeout(wait)))

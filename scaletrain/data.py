@@ -68,8 +68,9 @@ class ShardedLoader:
 
     def __init__(self, dataset: Dataset, batch_size: int, *, shard: int, num_shards: int, shuffle: bool,
                  drop_last: bool, seed: int, device: torch.device, sampler: Optional[Sampler] = None,
-                 collate_fn: Optional[Callable] = None, **loader_kwargs):
+                 collate_fn: Optional[Callable] = None, watch: Optional[Callable] = None, **loader_kwargs):
         self.num_shards = num_shards
+        self.watch = watch  # the run's hang detection, around the waits for other ranks (streams)
         self.stream = isinstance(dataset, IterableDataset)
         pin = device.type == "cuda"
         if self.stream:
@@ -147,7 +148,7 @@ class ShardedLoader:
     def _stream(self, skip: int):
         """A stream's batches, while every rank has one (streams.agreed); on a resume, the
         ones already used are read and passed over (a stream can only be skipped by reading it)."""
-        for number, batch in enumerate(agreed(iter(self.loader))):
+        for number, batch in enumerate(agreed(iter(self.loader), self.watch)):
             if number < skip:
                 continue
             self._batches_done += 1

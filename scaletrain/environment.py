@@ -337,13 +337,6 @@ def detect(environ: Mapping[str, str]) -> DistEnv:
     return _none(environ)
 
 
-def with_master(env: DistEnv, addr: str, port: int, why: str) -> DistEnv:
-    """A copy with another rendezvous address (e.g. a free port chosen for one process)."""
-    sources = dict(env.sources)
-    sources.update(master_addr=why, master_port=why)
-    return replace(env, master_addr=addr, master_port=port, sources=tuple(sorted(sources.items())))
-
-
 _TASKS_RE = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 
 

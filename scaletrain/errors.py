@@ -14,11 +14,23 @@ flags).
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 _MARK, _SEP = "\x1f", "\x1e"  # ASCII unit/record separators: never part of a user's text
 _MARKED = re.compile(f"{_MARK}([^{_MARK}{_SEP}]+)(?:{_SEP}([^{_MARK}]*))?{_MARK}")
 _NO_VALUE = object()
+_DOOR, _OR = "\x1d", "\x1c"  # group/file separators: a fix told differently to each door
+_DOORS = re.compile(f"{_DOOR}([^{_DOOR}{_OR}]*){_OR}([^{_DOOR}]*){_DOOR}")
+
+
+def by_door(library: str, command_line: str) -> str:
+    """A fix that is spelt differently through each door (`init_fn=fn(module)` to run.setup
+    in the library, `--meta-init never` on the command line): each reader sees only theirs."""
+    return f"{_DOOR}{library}{_OR}{command_line}{_DOOR}"
+
+
+def _door(text: str, which: int) -> str:
+    return _DOORS.sub(lambda m: m.group(which), text)
 
 
 def arg(name: str, value: Any = _NO_VALUE) -> str:
@@ -37,6 +49,8 @@ def _value_text(value: Any) -> str:
 
 def as_library(text: str) -> str:
     """`microbatches=4`, `schedule='gpipe'`: as a keyword argument is written."""
+    text = _door(text, 1)
+
     def spell(m: re.Match) -> str:
         name, value = m.group(1), m.group(2)
         if value is None:
@@ -48,6 +62,8 @@ def as_library(text: str) -> str:
 def as_command_line(text: str, flags: Mapping[str, str], switches: frozenset = frozenset()) -> str:
     """`--microbatches 4`, as the flag is typed. `flags`: setting name -> flag; `switches`:
     the flags that take no value (a boolean setting is then the bare flag)."""
+    text = _door(text, 2)
+
     def spell(m: re.Match) -> str:
         name, value = m.group(1), m.group(2)
         flag = flags.get(name)
@@ -90,13 +106,12 @@ class UsageError(Exception):
         return as_command_line(self.raw, flags, switches)
 
 
+class AgreedError(UsageError):
+    """A mistake every rank finds alike (in the same model, the same data, the same
+    settings): rank 0 says it, the others stop silently."""
+
+    same_on_every_rank = True
+
+
 class DetectionError(UsageError):
     """The launcher's environment variables contradict each other or are incomplete."""
-
-
-def command_line_text(exc: BaseException, flags: Optional[Mapping[str, str]] = None,
-                      switches: frozenset = frozenset()) -> str:
-    """The message of any exception, with settings spelt as flags when it is a UsageError."""
-    if isinstance(exc, UsageError):
-        return exc.for_command_line(flags or {}, switches)
-    return str(exc)

@@ -24,8 +24,9 @@ def is_disk_full(exc: BaseException) -> bool:
     return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc)
 
 
-def disk_full(what: str, where: Optional[Path] = None) -> DiskFull:
-    """The one line: what could not be written, the room left, and the fix."""
+def disk_full(what: str, where: Optional[Path] = None, started: bool = True) -> DiskFull:
+    """The one line: what could not be written, the room left, and the fix. `started`:
+    False before training began (nothing to continue from)."""
     free = ""
     folder = Path(where) if where is not None else None
     while folder is not None and not folder.exists() and folder != folder.parent:
@@ -33,6 +34,9 @@ def disk_full(what: str, where: Optional[Path] = None) -> DiskFull:
     if folder is not None:
         with contextlib.suppress(OSError):
             free = f" ({shutil.disk_usage(folder).free / 1e6:.1f} MB free)"
+    if not started:
+        return DiskFull(f"cannot write {what}: the disk is full{free}; nothing was started; free some space or choose "
+                        "an --out on a disk with room")
     return DiskFull(f"cannot write {what}: the disk is full{free}; training stopped there; free some space or choose "
                     "an --out on a disk with room (a run with checkpoints continues from its newest one with "
                     "--resume auto)")

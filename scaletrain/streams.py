@@ -23,6 +23,7 @@ sample counts. A stream too short for one sample per rank is refused.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -131,15 +132,18 @@ class Agreement:
         return every > 0, -anyone > 0
 
 
-def agreed(batches: Iterator[Any]) -> Iterator[Any]:
-    """`batches`, for as long as every rank has its next one (see Agreement)."""
+def agreed(batches: Iterator[Any], watch: Optional[Callable] = None) -> Iterator[Any]:
+    """`batches`, for as long as every rank has its next one (see Agreement). `watch(name)`:
+    the run's hang detection, around the wait for the other ranks' answer (a rank whose
+    stream stalls is then named, like one that stalls in a step)."""
     agreement = Agreement()
     end = object()
     upcoming = next(batches, end)
     agreement.start(upcoming is not end)
     handed = 0
     while True:
-        every, anyone = agreement.result()
+        with watch("reading the next batch") if watch is not None else contextlib.nullcontext():
+            every, anyone = agreement.result()
         if not every:
             if anyone:
                 raise UnevenStream(

@@ -60,7 +60,11 @@ def scaletrain(*args: str, timeout: float = 120, **kwargs) -> subprocess.Complet
     return run([sys.executable, "-m", "scaletrain", *args], timeout=timeout, **kwargs)
 
 
-def torchrun(script: str | Path, *args: str, nproc: int = 2, timeout: float = 120, **kwargs):
-    return run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-                "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script), *args],
-               timeout=timeout, **kwargs)
+def torchrun(script: str | Path, *args: str, nproc: int = 2, timeout: float = 120, standalone: bool = False,
+             **kwargs):
+    """torchrun of `script` on this machine. `standalone`: torchrun's agent binds a port of the
+    system's choosing itself (--standalone) instead of the free port found here, which another
+    socket can take in the seconds before torchrun binds it (torch's EADDRINUSE at start-up)."""
+    where = ["--standalone"] if standalone else ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    return run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *where, str(script),
+                *args], timeout=timeout, **kwargs)

@@ -1,10 +1,13 @@
 """`scaletrain train --strategy auto` and `scaletrain plan --choose`: a short measurement, every
 configuration predicted, the fastest that fits trained — and the measurement cached per model,
-batch, world and machine, so the next choice is made at once."""
+batch, world, machine and memory mode, so the next choice is made at once; cached figures no
+measurement gives are measured again. Degrees given beside auto are kept by the choice, and
+refused before measuring where nothing can keep them."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -48,6 +51,83 @@ def test_auto_chooses_trains_and_remembers(tmp_path):
     tight = scaletrain("plan", "--choose", "--workload", "digits-mlp", "--world-sizes", "2", "--nproc-per-node", "2",
                        "--device-memory-gb", "0.001", env=env, timeout=60)
     assert tight.returncode == 1 and "fits the memory" in tight.stdout  # nothing fits 1 MB: said, not chosen
+    cached_figures_are_checked(tmp_path / "cache" / "scaletrain" / "probes", monkeypatch_home=tmp_path / "cache")
+
+
+def cached_figures_are_checked(folder, monkeypatch_home):
+    """A cache file whose step time is 0 (a ZeroDivisionError once) or negative (a −7× choice
+    once) is measured again, with a note, instead of believed; an intact one is used."""
+    import os
+
+    from scaletrain.plan.evidence import cached_probes
+
+    (path,) = folder.glob("*.json")
+    intact = path.read_text()
+    notes = []
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(monkeypatch_home)
+    try:
+        assert cached_probes(path.stem, notes.append), "the cache written by the run is not read back"
+        for bad in (0.0, -0.05):
+            doc = json.loads(intact)
+            threads = next(iter(doc["probes"][0]["compute"]))
+            doc["probes"][0]["compute"][threads]["step_s"] = bad
+            path.write_text(json.dumps(doc))
+            assert cached_probes(path.stem, notes.append) is None
+        assert len(notes) == 2 and all("cannot be right" in n and "step_s is" in n for n in notes), notes
+    finally:
+        path.write_text(intact)
+        if before is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = before
+
+
+def test_the_cache_of_measurements_tells_steady_memory_apart(monkeypatch):
+    """--steady-memory changes a process's speed and peak: its measurements are cached apart."""
+    from scaletrain.plan import Candidates, Measuring, PlanRequest, Training, default_machine
+    from scaletrain.plan.evidence import cache_key
+    from scaletrain.steady_memory import STEADY_MEMORY_VAR
+
+    request = PlanRequest(Training("digits-mlp"), default_machine("cpu", 2), Candidates(choose=2),
+                          Measuring(cached=True))
+    monkeypatch.delenv(STEADY_MEMORY_VAR, raising=False)
+    plain = cache_key(request, "cpu")
+    monkeypatch.setenv(STEADY_MEMORY_VAR, "1")
+    assert cache_key(request, "cpu") != plain
+
+
+def test_degrees_given_beside_auto_are_kept_or_refused_before_measuring():
+    """`--strategy auto --tp 2`: only configurations with tensor parallel 2 are candidates (it
+    once chose ddp and then refused its own choice); a model without a tensor-parallel plan,
+    or a degree that does not divide the world, is refused before anything is measured."""
+    import torch
+
+    from scaletrain.errors import UsageError
+    from scaletrain.plan.constraints import Constraints, check_possible
+    from scaletrain.workloads import get_workload
+
+    def meta(name):
+        with torch.device("meta"):
+            return get_workload(name).build_model()
+
+    on_two = [("ddp", {}), ("fsdp", {}), ("tp", {"tp": 2}), ("pipeline", {"pp": 2, "microbatches": 4}),
+              ("fsdp", {"activation_checkpointing": "full"}), ("tp", {"tp": 2, "activation_checkpointing": "full"})]
+    tp2 = Constraints.given({"tp": 2})
+    kept = [c for c in on_two if tp2.keeps(*c, 2)]
+    assert kept == [("tp", {"tp": 2}), ("tp", {"tp": 2, "activation_checkpointing": "full"})], kept
+    check_possible(tp2, 2, meta("stdlib-gpt"), 32)
+    for constraints, world, words in ((tp2, 2, "no tensor-parallel plan"), (Constraints.given({"tp": 3}), 2, "tp"),
+                                      (Constraints.given({"pp": 2}, ("ddp",)), 2, "--strategy ddp")):
+        with pytest.raises(UsageError) as refused:
+            check_possible(constraints, world, meta("digits-cnn"), 32)
+        assert words in refused.value.for_command_line({"tp": "--tp", "pp": "--pp", "strategy": "--strategy"}), \
+            refused.value.raw
+    on_four = [("ddp", {}), ("fsdp", {}), ("fsdp", {"dp_replicate": 2}), ("pipeline", {"pp": 2, "dp_shard": 2}),
+               ("fsdp", {"dp_replicate": 2, "activation_checkpointing": "full"})]
+    fsdp_replicas = Constraints.given({"dp_replicate": 2}, ("fsdp",))
+    assert [c for c in on_four if fsdp_replicas.keeps(*c, 4)] == \
+        [("fsdp", {"dp_replicate": 2}), ("fsdp", {"dp_replicate": 2, "activation_checkpointing": "full"})]
 
 
 def test_auto_on_several_nodes_without_hosts_is_refused_in_one_line(tmp_path):
@@ -87,3 +167,25 @@ def test_a_choice_may_be_one_process_and_says_why():
     choice = choose([fast_one_thread], 2, 32, options())
     assert choice.chosen.world_size == 2 and choice.chosen.speedup > 1.0
     assert choice.chosen.samples_per_s == max(p.samples_per_s for p in choice.candidates if p.fits)
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_auto_measures_speaks_of_auto(tmp_path):
+    """It spoke of "plan", a command the user never typed."""
+    import signal
+    import sys
+    import time
+
+    from tests.launch_helpers import finish_marked, start_marked
+
+    env = test_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc, token = start_marked([sys.executable, "-m", "scaletrain", "train", "--strategy", "auto", "--workload",
+                                "digits-mlp", "--nproc-per-node", "2", "--out", str(tmp_path / "run")], env)
+    deadline = time.monotonic() + 60
+    while "measuring" not in proc.stdout.readline():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+    time.sleep(1.0)  # inside the first probe job
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+    result, left = finish_marked(proc, token, timeout=60)
+    assert result.returncode == 130 and not left, result.stderr
+    assert "plan" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "--strategy auto's measurement stopped by SIGINT" in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()

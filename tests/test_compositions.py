@@ -1,11 +1,12 @@
 """Parallelisms composed on one device mesh, on the built-in byte-level GPT and a Hugging Face
-Llama built from a config: tensor parallel × 2, FSDP × TP 2 × 2, HSDP 2 × 2, pipeline × FSDP
-2 × 2 and pipeline × FSDP × TP 2 × 2 × 2 (8 processes) each end within 1e-5 of one process
+Llama built from a config: tensor parallel × 2, context parallel × 2, FSDP × TP 2 × 2, HSDP
+2 × 2, pipeline × FSDP 2 × 2, FSDP × CP 2 × 2, CP × TP 2 × 2 and pipeline × FSDP × TP
+2 × 2 × 2 (8 processes) each end within 1e-5 of one process
 on the same global batches after 3 optimizer steps — built whole, and built on the meta device
 and materialised as each process's share, which starts from exactly an ordinary build's
 weights. A 2-D run's checkpoint resumes under
-ddp, one process and a 3-D layout with exactly the state it saved; under fp16, pipeline
-stages skip the same steps."""
+ddp, one process and a 3-D layout with exactly the state it saved, and the ddp, 2-D and 3-D
+checkpoints under tp × 2 and pp 2 × tp 2; under fp16, pipeline stages skip the same steps."""
 
 from __future__ import annotations
 
@@ -32,8 +33,11 @@ def test_every_composition_matches_one_process():
     found = [r for n in (2, 4, 8) for r in results(n)]
     meshes = {(r["mesh"], r["model"]) for r in found}
     for mesh in ("tp 2", "dp_shard 2 × tp 2", "dp_replicate 2 × dp_shard 2", "pp 2 × dp_shard 2",
-                 "pp 2 × dp_shard 2 × tp 2"):
+                 "pp 2 × dp_shard 2 × tp 2", "cp 2", "dp_shard 2 × cp 2", "cp 2 × tp 2"):
         assert {(mesh, "stdlib-gpt"), (mesh, "llama")} <= meshes, (mesh, meshes)
+    # Split sequences, the Llama's own loss: labels shifted before the split, averaged over every counted token.
+    own = {r["mesh"] for r in found if r["form"] == "labels"}
+    assert own == {"cp 2", "dp_shard 2 × cp 2", "cp 2 × tp 2"}, own
     assert {r["meta_init"] for r in found} == {False, True}
     for r in found:
         assert r["param_diff"] < ATOL and r["loss_diff"] < ATOL, r
@@ -55,20 +59,38 @@ def assert_equal_states(a, b, what):
         assert torch.equal(value, second[key]), f"{what}: {key} differs"
 
 
+def assert_close_states(a, b, what):
+    """Equal within round-off: the same training in another layout (other reduction orders)."""
+    first, second = _tensors(a), _tensors(b)
+    assert first.keys() == second.keys() and first, what
+    for key, value in first.items():
+        assert torch.allclose(value, second[key], rtol=0, atol=ATOL), f"{what}: {key} differs by " \
+            f"{(value - second[key]).abs().max().item():.2g}"
+
+
 @pytest.mark.timeout(900)
-def test_a_2d_checkpoint_resumes_under_ddp_single_and_3d(tmp_path):
+def test_checkpoints_resume_across_layouts(tmp_path):
+    """A 2-D run's checkpoint resumes under ddp, one process and 3-D with exactly the state it
+    saved; the ddp, 2-D and 3-D checkpoints resume under tensor parallel alone (tp × 2) and
+    pipeline × tensor parallel (pp 2 × tp 2), whose groups mix tensors and DTensors, and end
+    where the uninterrupted run ends. Jobs of one world size share a launch."""
     worker = WORKERS / "composition_resume.py"
-    torchrun(worker, "2d", "first", str(tmp_path), nproc=4, timeout=200, check=True)
-    for layout, nproc in (("2d", 4), ("ddp", 2), ("single", 1), ("3d", 8)):
-        torchrun(worker, layout, "second", str(tmp_path), nproc=nproc, timeout=300, check=True)
-    torchrun(worker, "3d", "third", str(tmp_path), nproc=8, timeout=300, check=True)
-    saved = tmp_path / "2d" / "at-save"
+    for jobs, nproc in (("2d:first", 4), ("3d:second,3d:third", 8), ("ddp:second,tp:across", 2),
+                        ("2d:second,pp_tp:across", 4), ("single:second", 1)):
+        torchrun(worker, jobs, str(tmp_path), nproc=nproc, timeout=300, check=True)
+    saved, uninterrupted = tmp_path / "2d" / "at-save", tmp_path / "2d" / "uninterrupted"
     for kind in ("full", "sharded"):
         for layout in ("2d", "ddp", "single", "3d"):
             assert_equal_states(saved, tmp_path / layout / kind / "loaded", f"{kind} checkpoint loaded by {layout}")
         # Resumed in the same layout: the end of the uninterrupted run, exactly.
-        assert_equal_states(tmp_path / "2d" / "uninterrupted", tmp_path / "2d" / kind / "final", f"2d via {kind}")
+        assert_equal_states(uninterrupted, tmp_path / "2d" / kind / "final", f"2d via {kind}")
         assert_equal_states(tmp_path / "3d" / kind / "final", tmp_path / "3d" / kind / "again", f"3d via {kind}")
+        for layout in ("tp", "pp_tp"):
+            for source in ("2d", "ddp", "3d"):
+                here = tmp_path / layout / kind / f"from-{source}"
+                what = f"{kind} {source} checkpoint resumed by {layout}"
+                assert_equal_states(saved, here / "loaded", what)
+                assert_close_states(uninterrupted, here / "final", what)
 
 
 @pytest.mark.timeout(300)

@@ -110,3 +110,53 @@ def test_a_full_disk_outside_checkpoints_stops_the_run_in_one_line_not_retried(f
     assert done.returncode == 2, done.stderr[-3000:]
     assert len(errors) == 1 and "the disk is full" in errors[0], done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "restart" not in done.stderr.lower()
+
+
+@pytest.fixture
+def no_room(tmp_path):
+    """A 64 KB tmpfs with no byte left; and beside it a read-only one."""
+    mounts = []
+    for name, options in (("full", "size=64k"), ("readonly", "size=64k,ro")):
+        mount_point = tmp_path / name
+        mount_point.mkdir()
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
+                                 capture_output=True, text=True)
+        if mounted.returncode:
+            pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+        mounts.append(mount_point)
+    try:
+        try:
+            with open(mounts[0] / "filler", "wb", buffering=0) as filler:
+                while True:
+                    filler.write(b"\0" * 4096)
+        except OSError:  # the disk is full: what the tests want
+            pass
+        yield mounts
+    finally:
+        for mount_point in mounts:
+            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def test_a_disk_with_no_room_before_the_run_is_one_line_and_leaves_nothing(no_room):
+    """0 bytes free: the output folder's lock could not be written (once a traceback and an
+    empty folder left behind); --max-restarts does not retry it."""
+    full, _ = no_room
+    out = full / "o"
+    done = scaletrain("train", "--nproc-per-node", "1", "--max-steps", "2", "--max-restarts", "2", "--out", str(out),
+                      timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    assert "the disk is full (0.0 MB free); nothing was started" in lines[0] and str(out) in lines[0], lines[0]
+    assert not out.exists()
+
+
+def test_an_out_that_cannot_be_written_says_why(no_room):
+    """A read-only --out named the cause, not only "permission denied"."""
+    from scaletrain.cli.outdir import check_out
+    from scaletrain.errors import UsageError
+
+    _, readonly = no_room
+    for out in (readonly, readonly / "new"):
+        with pytest.raises(UsageError) as refused:
+            check_out(out)
+        assert "its file system is mounted read-only" in str(refused.value), refused.value

@@ -49,10 +49,15 @@ def test_sigstop_one_rank_names_it_and_all_exit(tmp_path, victim_rank):
     assert not os.path.exists(f"/proc/{victim}") or open(f"/proc/{victim}/stat").read().split()[2] == "Z"
 
 
-def test_a_long_operation_every_rank_is_in_is_not_a_hang():
+def test_a_long_operation_every_rank_is_in_is_not_a_hang_but_a_rank_late_for_setup_is_named():
+    started = time.monotonic()
     result = torchrun(REPO / "tests" / "workers" / "slow_operation.py", nproc=2, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "both ranks came through" in result.stdout and "scaletrain: error" not in result.stderr
+    assert "both ranks came through" in result.stdout, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("scaletrain: error:")]
+    assert result.returncode != 0 and len(errors) == 1, result.stderr
+    assert errors[0].startswith("scaletrain: error: rank 1 waited 3 s in setup after step 0; rank 0 did not arrive "
+                                "(alive but in no collective after step 0)"), errors[0]
+    assert "Timed out waiting" not in result.stderr and time.monotonic() - started < 60, result.stderr
 
 
 def test_rank_stopped_inside_an_allreduce_leaves_every_ranks_evidence(tmp_path):

@@ -41,6 +41,15 @@ def run_in_process(argv, capsys) -> tuple[int, str]:
     (["plan", "--strategy", "nosuch"], "--strategy"),
     (["plan", "--probe-rounds", "0"], "--probe-rounds"),
     (["plan", "--out", "/nonexistent/plan.json"], "--out"),
+    # Refused before measuring: no configuration asked for can be predicted (it once measured
+    # for minutes, printed an empty table and blamed noise).
+    (["plan", "--workload", "stdlib-gpt", "--strategy", "tp", "--tp", "3", "--world-sizes", "1,2"],
+     "nothing to predict: tp on 1 process(es)"),
+    (["plan", "--workload", "stdlib-gpt", "--strategy", "tp", "--tp", "3", "--world-sizes", "3"],
+     "4 attention heads, which cannot be split 3 ways"),
+    # --choose keeps the strategies and degrees given, so an unknown or impossible one is refused.
+    (["plan", "--choose", "--strategy", "nosuch", "--world-sizes", "2"], "unknown strategy 'nosuch'"),
+    (["plan", "--choose", "--workload", "digits-mlp", "--tp", "3", "--world-sizes", "2"], "--tp 3"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, words):
     monkeypatch.chdir(tmp_path)
@@ -62,3 +71,34 @@ def test_a_real_process_prints_one_line_without_traceback(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
     result = scaletrain("comm", "--sizes", "1K:", timeout=60)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_measurement_that_runs_out_of_memory_is_one_line(tmp_path):
+    """`train --strategy auto` on a process memory limit its one-process measurement cannot
+    meet: the probe job's one line, then nothing more (scaletrain's own traceback followed)."""
+    import shlex
+    import sys
+
+    from .helpers import run, test_env
+
+    argv = [sys.executable, "-m", "scaletrain", "train", "--strategy", "auto", "--workload", "synthetic-mlp",
+            "--batch-size", "512", "--nproc-per-node", "2", "--out", str(tmp_path / "run")]
+    done = run(["bash", "-c", f"ulimit -d 480000; exec {shlex.join(argv)}"], timeout=120,
+               env=test_env(XDG_CACHE_HOME=str(tmp_path / "cache")))
+    errors = [line for line in done.stderr.splitlines() if line.startswith("scaletrain: error:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and "ran out of memory in one process" in errors[0] and "--batch-size" in errors[0], \
+        done.stderr[-3000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_host_that_does_not_answer_is_one_line(tmp_path):
+    """plan --hosts with a host nobody answers at: mpirun says why, then one line of ours."""
+    from .helpers import test_env
+
+    done = scaletrain("plan", "--hosts", "127.0.0.1:1,127.0.0.9:1", "--world-sizes", "2", "--strategy", "ddp",
+                      "--workload", "digits-mlp", "--steps", "3", "--warmup", "1", "--min-seconds", "0.1",
+                      "--probe-rounds", "1", timeout=150, env=test_env(XDG_CACHE_HOME=str(tmp_path / "cache")))
+    errors = [line for line in done.stderr.splitlines() if line.startswith("scaletrain: error:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and "failed (exit status" in errors[0] and "127.0.0.9" in errors[0], done.stderr[-3000:]

@@ -181,3 +181,30 @@ def test_a_later_stages_optimizer_step_overlaps_the_backwards_before_it():
     assert costs.optimizer_tail() == pytest.approx(0.025 - 0.020)
     assert costs.optimizer_tail(transfer_s=0.002) == pytest.approx(0.025 - 0.022)
     assert costs.optimizer_tail(share=0.5) == pytest.approx(0.0005)  # half of stage 1 hidden; half of stage 0 left
+
+
+def test_every_parallelism_has_cost_terms_and_one_without_is_refused_in_one_line(monkeypatch):
+    """A configuration's step is composed from the cost modules of the parallelisms it enables;
+    one that enables a parallelism with no cost module is refused, never dropped."""
+    from scaletrain.errors import UsageError
+    from scaletrain.parallel import PARALLELISMS
+    from scaletrain.plan import Candidates, Measuring, PlanRequest, Training, make_plan
+    from scaletrain.plan.costs import NoCost, cost_module
+
+    for parallelism in PARALLELISMS:
+        cost_module(parallelism.name)  # each has its module
+
+    class Uncosted:
+        name = "uncosted"
+
+        def enabled(self, config):
+            return True
+
+    monkeypatch.setattr("scaletrain.plan.costs.PARALLELISMS", [*PARALLELISMS, Uncosted()])
+    with pytest.raises(NoCost):
+        predict(probe(), "ddp", 2, options())
+    request = PlanRequest(Training("synthetic-cnn"), options(), Candidates(("ddp",), (1, 2)),
+                          Measuring(recorded=(probe(),)))
+    with pytest.raises(UsageError) as refused:
+        make_plan(request, say=lambda text: None)
+    assert "uncosted" in str(refused.value) and "\n" not in str(refused.value)

@@ -32,7 +32,7 @@ def multi_process_results():
     lines = {}
     for line in done.stdout.splitlines():
         kind, _, payload = line.partition(" ")
-        if kind in ("RESULT", "NOSYNC", "BF16", "MEMORY"):
+        if kind in ("RESULT", "NOSYNC", "BF16", "MEMORY", "TIED", "NOSPLIT"):
             lines.setdefault(kind, []).append(json.loads(payload))
     return lines
 
@@ -111,3 +111,19 @@ def test_fsdp_holds_about_half_of_what_ddp_holds_per_process(multi_process_resul
         assert whole > 0 and all(m[kind] == whole for m in memory["ddp"])  # every DDP replica holds everything
         for rank in memory["fsdp"]:
             assert 0.45 * whole <= rank[kind] <= 0.55 * whole, (kind, rank, whole)  # 1/N of it, N = 2
+
+
+def test_weights_tied_across_blocks_train_under_fsdp_as_one_process(multi_process_results):
+    """An embedding and an output head sharing one weight (top-level blocks of an
+    nn.Sequential): the tie is kept in one FSDP group (the root's) and the run equals one
+    process; torch refused it before ("shared with a parameter already managed")."""
+    (tied,) = multi_process_results["TIED"]
+    assert tied["tied"] and tied["param_diff"] < ATOL, tied
+    assert "2.out.weight" not in tied["names"]  # one parameter, named once
+
+
+def test_a_parallelize_function_that_splits_nothing_is_refused_on_every_rank(multi_process_results):
+    (nosplit,) = multi_process_results["NOSPLIT"]
+    for said in nosplit["every_rank"]:
+        assert said.startswith("AgreedError: parallelize: your function returned without splitting any "
+                               "parameter across the 2 tensor-parallel processes"), said

@@ -110,3 +110,35 @@ def test_describe_works_before_setup(name):
     with scaletrain.init(strategy=name, environ={}) as run:
         facts = run.describe()
     assert facts["strategy"] == name and facts["precision"] == "fp32" and "memory_per_process" not in facts
+
+
+def test_a_tensor_parallel_plan_without_tensor_parallel_is_refused():
+    """--parallelize with no --tp was silently ignored."""
+    from scaletrain.errors import as_flags
+    from scaletrain.strategies import get_strategy
+
+    with pytest.raises(UsageError) as refused:
+        get_strategy("fsdp", parallelize="mymodule:plan").check_world_size(2)
+    assert as_flags(refused.value.raw) == ("--parallelize is a tensor-parallel plan, but this run has no tensor "
+                                           "parallel (tp 1): give --tp 2 or more, or leave --parallelize out")
+    get_strategy("tp", parallelize="mymodule:plan").check_world_size(2)  # tp takes the processes: a plan applies
+
+
+def test_a_refusal_tells_each_door_its_own_fix():
+    """The library gets `init_fn=` for run.setup; the command line gets its flag (it was told
+    to "pass init_fn=fn(module) to run.setup")."""
+    from scaletrain.errors import arg, as_flags, by_door
+
+    error = UsageError("no reset_parameters(); " + by_door("pass init_fn=fn(module) to run.setup",
+                                                           f"build it whole: {arg('meta_init', 'never')}"))
+    assert str(error) == "no reset_parameters(); pass init_fn=fn(module) to run.setup"
+    assert as_flags(error.raw) == "no reset_parameters(); build it whole: --meta-init never"
+    assert error.for_command_line({"meta_init": "--meta-init"}) == as_flags(error.raw)
+
+
+def test_reshard_after_forward_reaches_fsdp_in_the_form_it_takes_without_a_warning():
+    """1 (sharded one way: the whole parameter kept) warned once per rank as an int."""
+    from scaletrain.parallel.data_parallel import torch_reshard
+
+    assert torch_reshard(1, 4) is False and torch_reshard(4, 4) is True and torch_reshard(2, 4) == 2
+    assert torch_reshard(True, 4) is True and torch_reshard(False, 4) is False

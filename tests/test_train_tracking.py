@@ -276,3 +276,123 @@ def test_under_mpirun_a_log_file_gets_plain_lines_not_the_bar(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "\r" not in result.stdout, repr(result.stdout[:500])
     assert re.search(r"^step\s+5/", result.stdout, re.M), result.stdout
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("epoch written as 1.0", None),
+    ("summary values that are text", "left out final_accuracy of"),
+    ("summary that is a list", "it holds a list, not a run's summary"),
+    ("metrics.jsonl that is a folder", "metrics.jsonl is a folder"),
+])
+def test_report_reads_damaged_run_folders_without_a_traceback(tmp_path, capsys, damage, words):
+    """Files edited by hand or by another program: the table is drawn from what is right, and
+    what is not is named; a file that is not a file is one line (exit 2)."""
+    from scaletrain.cli import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    summary = {"strategy": "ddp", "world_size": 2, "final_accuracy": 0.9, "final_loss": 0.3,
+               "samples_per_second": 100.0, "wall_seconds": 3.0}
+    epoch = {"kind": "epoch", "epoch": 1, "step": 10, "train_loss": 1.0, "eval_loss": 0.9, "eval_accuracy": 0.5,
+             "wall_seconds": 1.0, "samples_per_second": 10.0}
+    if damage == "epoch written as 1.0":
+        epoch["epoch"] = 1.0
+    elif damage == "summary values that are text":
+        summary.update(final_accuracy="0.9", samples_per_second="fast", world_size="two")
+    elif damage == "summary that is a list":
+        summary = [1, 2, 3]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    if damage == "metrics.jsonl that is a folder":
+        (run_dir / "metrics.jsonl").mkdir()
+    else:
+        (run_dir / "metrics.jsonl").write_text(json.dumps(epoch) + "\n")
+    code = main(["report", str(run_dir), "--out", str(tmp_path / "report")])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    if damage == "metrics.jsonl that is a folder":
+        assert code == 2 and captured.err.count("\n") == 1 and words in captured.err, captured.err
+        assert not (tmp_path / "report").exists()
+        return
+    assert code == 0, captured.err
+    table = (tmp_path / "report" / "comparison.md").read_text()
+    assert "| run |" in table and "| 1 |" in table, table  # the epoch column, as a whole number
+    if words:
+        assert words in captured.err, captured.err
+
+
+class _Server:
+    """A local HTTP server that answers as told: "frozen" (accepts, never answers), "html" (200
+    with a page, not MLflow), "mlflow" (MLflow's JSON error for an unknown experiment), or
+    "mlflow-then-frozen" (that answer to GET, nothing to anything else)."""
+
+    def __init__(self, mode: str):
+        import socket
+        import threading
+
+        self.mode, self.sock = mode, socket.create_server(("127.0.0.1", 0))
+        self.port, self.held = self.sock.getsockname()[1], []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            if self.mode == "frozen":
+                continue
+            request = conn.recv(65536)
+            if self.mode == "mlflow-then-frozen" and not request.startswith(b"GET"):
+                continue
+            body = b"<html>hello</html>" if self.mode == "html" else \
+                b'{"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such experiment"}'
+            status = b"200 OK" if self.mode == "html" else b"404 Not Found"
+            conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                         % (len(body), body))
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("mode,words", [("frozen", "accepts connections but sent no answer within 5 s"),
+                                        ("html", "answered HTTP 200 with '<html>hello</html>', not MLflow's JSON"),
+                                        ("mlflow", None)])
+def test_a_tracking_server_that_never_answers_or_is_not_mlflow_is_found_in_seconds(mode, words):
+    """A frozen server (or a port-forward to a pod that is gone) once passed the check and left
+    the run silent for minutes; a server that is not MLflow ended in MLflow's traceback."""
+    import time
+
+    from scaletrain.track.mlflow_tracker import server_problem
+
+    server = _Server(mode)
+    try:
+        started = time.monotonic()
+        found = server_problem({"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{server.port}"})
+        assert time.monotonic() - started < 8
+    finally:
+        server.close()
+    assert (found is None) if words is None else (words in found), found
+
+
+def test_a_tracking_server_that_stops_answering_as_the_run_opens_is_one_line_in_seconds(tmp_path, monkeypatch):
+    """It answered the check, then not the run's first requests: bounded, one line."""
+    import time
+
+    from scaletrain.errors import UsageError
+    from scaletrain.track.mlflow_tracker import MlflowTracker
+
+    server = _Server("mlflow-then-frozen")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.port}")
+    try:
+        started = time.monotonic()
+        with pytest.raises(UsageError) as refused:
+            MlflowTracker(tmp_path, "run")
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert took < 30, took
+    assert "did not take the run's first requests" in str(refused.value) and "\n" not in str(refused.value)

@@ -80,3 +80,37 @@ def test_a_task_that_does_not_fit_is_one_line(user_code):
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "--task classification needs the model to return a tensor of logits" in done.stderr
     assert "use --task own" in done.stderr
+
+
+@pytest.mark.parametrize("task,target,words", [
+    ("regression", 3, "--task regression needs float targets (the values to predict), but the dataset's targets are "
+                      "one class id per sample (integers); give --task classification"),
+    ("classification", list(range(64)), "--task classification needs one integer class id per sample, but the "
+                                        "dataset's targets are 64 integers per sample (shape (64,)); give --task lm"),
+    ("lm", 3, "--task lm needs a sequence of integer token ids per sample (the next tokens), but the dataset's "
+              "targets are one class id per sample (integers); give --task classification"),
+    ("classification", 0.5, "give --task regression"),
+])
+def test_a_task_the_targets_cannot_be_is_refused_before_the_first_step(task, target, words):
+    """The targets' dtype and shape are known from one sample: --task regression on the
+    digits, --task classification on stdlib-gpt ended in a shape traceback on every rank, and
+    --task lm on a classifier trained and reported a perplexity."""
+    import torch
+
+    from scaletrain.errors import UsageError
+    from scaletrain.workloads.tasks import check_targets, get_task
+
+    with pytest.raises(UsageError) as refused:
+        check_targets(get_task(task), (torch.zeros(4), torch.tensor(target)))
+    assert words in refused.value.raw and refused.value.same_on_every_rank
+
+
+def test_a_task_the_targets_cannot_be_stops_every_rank_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    done = scaletrain("train", "--task", "regression", "--nproc-per-node", "2", "--max-steps", "2", "--out", str(out),
+                      timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith("scaletrain: error: --task regression needs float targets"), \
+        done.stderr
+    assert not out.exists()

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from ..measure.failed import measurement_failed
 from ..measure.jobs import run_job
 from ..measure.rounds import Job
 from .spec import BenchSettings, RunSpec, to_argv
@@ -24,7 +25,7 @@ PROBE_KEY = "plan's measurements"
 def measure_config(settings: BenchSettings, spec: RunSpec, folder: Path, hosts=None) -> dict:
     code = run_job([*to_argv(settings, spec), "--out", str(folder)], spec.world_size, hosts)
     if code != 0 or not (folder / RESULT_FILE).exists():
-        raise RuntimeError(f"measuring {spec.key} failed (exit status {code}); its error is printed above")
+        raise measurement_failed(f"measuring {spec.key}", code, hosts)
     return json.loads((folder / RESULT_FILE).read_text())
 
 

@@ -38,6 +38,8 @@ class BenchSettings:
     workload: str = "synthetic-cnn"
     model: Optional[str] = None
     dataset: Optional[str] = None
+    seq_len: Optional[int] = None
+    """Tokens per sequence of a language-model workload (None: its default)."""
     batch_size: int = 32
     steps: int = 30
     """Measured synchronised steps at least (throughput runs); as many no-sync steps are interleaved."""
@@ -66,7 +68,7 @@ def to_argv(settings: BenchSettings, spec: RunSpec) -> list[str]:
             "--batch-size", str(settings.batch_size), "--steps", str(settings.steps),
             "--warmup", str(settings.warmup), "--seed", str(settings.seed), "--lr-scaling", spec.lr_scaling,
             "--min-seconds", str(settings.min_seconds)]
-    for flag, value in (("--model", settings.model), ("--dataset", settings.dataset),
+    for flag, value in (("--model", settings.model), ("--dataset", settings.dataset), ("--seq-len", settings.seq_len),
                         ("--epochs", settings.epochs), ("--lr", settings.lr),
                         ("--lr-warmup-steps", settings.lr_warmup_steps), ("--backend", settings.backend),
                         ("--device", settings.device), ("--threads", spec.threads)):

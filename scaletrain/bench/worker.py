@@ -36,7 +36,7 @@ def measured_kinds(steps: int, world_size: int) -> list[str]:
 
 
 def measure(settings: BenchSettings, strategy: str, threads: int | None, lr_scaling: str) -> dict:
-    workload = get_workload(settings.workload, settings.model, settings.dataset)
+    workload = get_workload(settings.workload, settings.model, settings.dataset, settings.seq_len)
     with init(strategy=strategy, backend=settings.backend, device=settings.device, threads=threads,
               seed=settings.seed, **settings.strategy_options) as run:
         train_set, held_out = workload.build_datasets(settings.seed)

@@ -68,6 +68,8 @@ class Host(Protocol):
 
     def accumulation_position(self) -> tuple[int, int]: ...
 
+    def resume_at(self, steps_taken: int) -> None: ...
+
 
 class Checkpointer:
     """Writes checkpoints of one run into `directory` and finds them again.
@@ -126,8 +128,7 @@ class Checkpointer:
     @property
     def in_flight(self) -> bool:
         """Whether a checkpoint is being written in the background right now."""
-        saves = self.host.background_saves
-        return saves is not None and saves.in_flight
+        return self.host.background_saves.in_flight
 
     def _sharded(self, owner: StateOwner) -> bool:
         if self.layout != AUTO:
@@ -288,7 +289,7 @@ class Checkpointer:
         progress = header["progress"]
         if loader is not None and progress.get("loader") is not None:
             loader.resume_at(progress["loader"])
-        self.host.steps_taken = progress["step"]
+        self.host.resume_at(progress["step"])
         return {"path": header["path"], "step": progress["step"], "loader": progress.get("loader"),
                 "extra": header["extra"], "world_size": progress.get("world_size"), "notes": header["notes"]}
 

@@ -154,7 +154,3 @@ def resolve_source(source: Path) -> Optional[Path]:
     """The best checkpoint folder for what the user named (unverified), or None."""
     found, _ = source_candidates(source)
     return found[0] if found else None
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())

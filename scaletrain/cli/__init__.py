@@ -1,5 +1,6 @@
 """The `scaletrain` command: one subcommand per module, each with add_arguments(parser) and
-run(args) -> exit status (and HELP, its description).
+run(args) -> exit status (and HELP, its description); a command whose processes can be the
+ranks of a job a launcher started (train, bench) has run_rank(args) for that role too.
 
 Only the chosen subcommand's module is imported and only its options are built: several of
 them need torch (choices of strategies, workloads), and importing torch for
@@ -58,7 +59,7 @@ def build_parser(only: Optional[str] = None) -> OneLineParser:
         module = command_module(name)
         p = sub.add_parser(name, help=summary, description=getattr(module, "HELP", summary))
         module.add_arguments(p)
-        p.set_defaults(handler=module.run)
+        p.set_defaults(handler=module.run, rank_handler=getattr(module, "run_rank", module.run))
     return parser
 
 
@@ -93,7 +94,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if rank:
             sigint_as_python()
         with stop_signals() if not rank else contextlib.nullcontext():
-            return _run(parser, argv)
+            return _run(parser, argv, rank)
     except KeyboardInterrupt:
         return _stopped(Stopped(signal.SIGINT), rank)
     except Stopped as exc:
@@ -107,7 +108,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 NEED_TORCH = frozenset({"train", "bench", "plan", "comm"})
 
 
-def _run(parser: OneLineParser, argv: list[str]) -> int:
+def _run(parser: OneLineParser, argv: list[str], rank: bool = False) -> int:
     if chosen_command(argv) in ("launch", "train"):
         from .launch_options import glue_launcher_args
 
@@ -115,8 +116,10 @@ def _run(parser: OneLineParser, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     try:
-        return args.handler(args)
+        return (args.rank_handler if rank else args.handler)(args)
     except UsageError as exc:  # spelt with the flags the user types, not the library's keywords
+        if getattr(exc, "said", False):  # a job it started said the one line already
+            return 2
         return fail(exc.for_command_line(*flag_names(parser)))
 
 

@@ -36,10 +36,14 @@ def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
     world = hosts.world_size if hosts is not None else nproc
     device = choose_device(config.device, 0)
     given = {name: None if getattr(config, name) == AUTO else getattr(config, name) for name in ("device", "backend")}
-    request = PlanRequest(Training(config.workload, config.model, config.dataset, config.batch_size, config.seed),
+    request = PlanRequest(Training(config.workload, config.model, config.dataset, config.batch_size, config.seed,
+                                   config.seq_len),
                           default_machine(device.type, hosts.slots if hosts is not None else nproc),
-                          Candidates(choose=world),
-                          Measuring(**given, **PROBE, max_other_load=config.max_other_load, hosts=hosts, cached=True))
+                          # The degrees and options given beside auto: the choice keeps them (an impossible
+                          # set is refused before a second is measured).
+                          Candidates(options=dict(config.strategy_options), choose=world),
+                          Measuring(**given, **PROBE, max_other_load=config.max_other_load, hosts=hosts, cached=True,
+                                    subject="--strategy auto's measurement"))
     choice = make_plan(request, say=lambda text: print(text, flush=True)).choice
     if choice.chosen is None:
         raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "

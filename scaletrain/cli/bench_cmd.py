@@ -20,8 +20,8 @@ from ..defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
 from ..errors import UsageError
 from .parsing import positive_float, positive_int
 from .perf_options import add_process_memory_arguments, apply_process_memory
-from .measure_options import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments,
-                              add_prediction_arguments, check_comm_file, hosts_for, machine_of, parse_int_list,
+from .measure_options import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, batch_size_of,
+                              add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies)
 from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
 from ..values import AUTO
@@ -73,7 +73,8 @@ def settings_from_args(args: argparse.Namespace):
         raise UsageError(f"--lr {args.lr}: must be greater than 0")
     if args.lr_warmup_steps is not None and args.lr_warmup_steps < 0:
         raise UsageError(f"--lr-warmup-steps {args.lr_warmup_steps}: must be 0 or more")
-    return BenchSettings(workload=workload, model=args.model, dataset=args.dataset, batch_size=args.batch_size,
+    return BenchSettings(workload=workload, model=args.model, dataset=args.dataset, seq_len=args.seq_len,
+                         batch_size=batch_size_of(args, workload),
                          steps=args.steps, warmup=args.warmup, min_seconds=args.min_seconds,
                          accuracy=args.accuracy, epochs=args.epochs,
                          lr=args.lr, lr_warmup_steps=args.lr_warmup_steps, seed=args.seed,
@@ -128,6 +129,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     from ..backends import choose_backend
     from ..bench.configs import bench_configs
     from ..devices import choose_device, cpu_cores
+    from ..plan import default_machine
     from ..workloads import get_workload
     from .outdir import check_out, create_out, default_out
 
@@ -138,7 +140,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     rules = parse_rules(args.lr_scaling, args.accuracy)
     device = choose_device(settings.device, 0)
     choose_backend(settings.backend, device.type)
-    workload = get_workload(settings.workload, args.model, args.dataset)
+    workload = get_workload(settings.workload, args.model, args.dataset, settings.seq_len)
     if args.model:
         workload.build_model()  # a broken factory fails here, in one line, before anything runs
     if args.dataset:
@@ -150,7 +152,8 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
                          "use --strategy ddp --world-sizes 1,2")
     # bench runs every configuration on this one machine (on a CPU: its processes share it)
     nproc = args.nproc_per_node or (max(world_sizes) if device.type == "cpu" else None)
-    machine = machine_of(args, device.type, nproc)
+    machine = default_machine(settings.device, nproc, args.link_gbps, args.link_latency_us, args.overlap,
+                              args.device_memory_gb, getattr(args, "devices_per_process", None))
     check_comm_file(args.comm)
     out = create_out(check_out(args.out or default_out("bench", max(world_sizes))))
     return measure_and_report(args, settings, workload, configs, notes, world_sizes, machine, out, hosts)

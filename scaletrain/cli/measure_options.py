@@ -19,7 +19,12 @@ def add_model_arguments(p: argparse.ArgumentParser, default_workload: Optional[s
                    help=f"built-in workload: {', '.join(BUILTIN)} ({default_note or 'default ' + str(default_workload)})")
     p.add_argument("--model", metavar="MODULE:FUNCTION", help="your model factory, returning a torch.nn.Module")
     p.add_argument("--dataset", metavar="MODULE:FUNCTION", help="your dataset factory (a Dataset or a (train, held_out) pair)")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="samples per process per step (default 32)")
+    p.add_argument("--batch-size", type=positive_int,
+                   help="samples per process per step (default 32; stdlib-gpt with --seq-len: as many as make 2,048 "
+                        "tokens, at least 1)")
+    p.add_argument("--seq-len", type=positive_int, metavar="S",
+                   help="tokens per sequence of a language-model workload (stdlib-gpt: default 64); with --hardware "
+                        "(plan): of the model planned (default 8192)")
     p.add_argument("--seed", type=int, default=0, help="seed for weights and data order (default 0)")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl", "mpi", "ccl"], default="auto",
                    help="communication backend (default: nccl on CUDA, gloo on CPU)")
@@ -110,25 +115,30 @@ def hosts_for(args: argparse.Namespace, default_world_sizes: Optional[str]):
     args.nproc_per_node = hosts.slots
     if args.world_sizes == default_world_sizes:
         args.world_sizes = f"1,{hosts.world_size}"
-    hosts.check_world_sizes(parse_int_list(args.world_sizes, "--world-sizes"))
+    # A job across the hosts uses every slot of every host: the layout the predictions assume
+    # (each host's processes consecutive ranks).
+    sizes = parse_int_list(args.world_sizes, "--world-sizes")
+    wrong = [n for n in sizes if n not in (1, hosts.world_size)]
+    if wrong:
+        raise UsageError(f"--world-sizes {','.join(map(str, sizes))}: across {hosts.flag} the job fills every slot "
+                         f"({len(hosts.hosts)} hosts × {hosts.slots}); use --world-sizes 1,{hosts.world_size}")
     return hosts
 
 
 def training_of(args: argparse.Namespace, workload: Optional[str] = None):
     from ..plan import Training
 
-    return Training(workload or args.workload, args.model, args.dataset, args.batch_size, args.seed)
+    return Training(workload or args.workload, args.model, args.dataset, batch_size_of(args, workload), args.seed,
+                    args.seq_len)
 
 
-def machine_of(args: argparse.Namespace, device_type: str, nproc_per_node: Optional[int]):
-    """Machines like this one, as the flags describe them (`nproc_per_node`: the processes on
-    each, as the command settled them)."""
-    from ..plan import default_machine
+def batch_size_of(args: argparse.Namespace, workload: Optional[str] = None) -> int:
+    """--batch-size, or the workload's (a language model's with --seq-len holds its tokens per batch)."""
+    from ..workloads import get_workload
 
-    if args.overlap is not None and not 0 <= args.overlap <= 1:
-        raise UsageError(f"--overlap {args.overlap}: must be between 0 and 1")
-    return default_machine(device_type, nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
-                           args.device_memory_gb, getattr(args, "devices_per_process", None))
+    if args.batch_size is not None:
+        return args.batch_size
+    return get_workload(workload or args.workload, args.model, args.dataset, args.seq_len).batch_size
 
 
 def check_comm_file(path: Optional[Path]) -> None:

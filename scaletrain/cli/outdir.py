@@ -17,6 +17,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from typing import Optional
 
 from ..errors import UsageError
 
@@ -41,24 +42,40 @@ def check_out(out: Path) -> Path:
         if any(p.name != LOCK_FILE for p in out.iterdir()):
             raise UsageError(f"--out {out} already holds files; choose a new folder (or leave --out out)")
         if not os.access(out, os.W_OK | os.X_OK):
-            raise UsageError(f"--out {out} cannot be written (permission denied); choose a writable folder")
+            raise UsageError(f"--out {out} cannot be written ({unwritable_because(out)}); choose a writable folder")
         return out
     parent = out.parent
     while not parent.exists():
         parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out} cannot be created: {parent} is not a writable folder; choose another --out")
+    if not parent.is_dir():
+        raise UsageError(f"--out {out} cannot be created: {parent} is a file, not a folder; choose another --out")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out} cannot be created in {parent} ({unwritable_because(parent)}); choose another "
+                         "--out")
     return out
 
 
+def unwritable_because(folder: Path) -> str:
+    """Why this process cannot write into `folder`: a read-only file system, or whose it is."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "its file system is mounted read-only"
+        info = folder.stat()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    import pwd
+    import stat
+
+    def user(uid: int) -> str:
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return f"uid {uid}"
+    return (f"permission denied: {stat.filemode(info.st_mode)}, owned by {user(info.st_uid)}; this process runs as "
+            f"{user(os.geteuid())}")
+
+
 LOCK_FILE = ".scaletrain.lock"
-#: Set (to OUT) by the command that holds OUT's lock, for the ranks it starts: they write
-#: into a folder their own command owns, and must not try to take it from it.
-OUT_LOCK_ENV = "SCALETRAIN_OUT_LOCKED"
-
-
-def owned_by_parent(out: Path) -> bool:
-    return os.environ.get(OUT_LOCK_ENV) == str(Path(out).expanduser().absolute())
 
 
 @contextlib.contextmanager
@@ -72,7 +89,11 @@ def hold_out(out: Path, may_hold_files: bool):
     create_out(out)
     path = out / LOCK_FILE
     had_lock_file = path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        _give_up(None, path, out, created, had_lock_file)
+        raise _unwritten(exc, path) from None
     if not _lock(fd, fcntl.LOCK_EX, tries=LOCK_TRIES):
         holder = _read_holder(fd)
         os.close(fd)
@@ -81,17 +102,15 @@ def hold_out(out: Path, may_hold_files: bool):
     if others and not may_hold_files:
         _give_up(fd, path, out, created, had_lock_file)
         raise UsageError(f"--out {out} already holds files; choose a new folder (or leave --out out)")
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
-    previous = os.environ.get(OUT_LOCK_ENV)
-    os.environ[OUT_LOCK_ENV] = str(out)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+    except OSError as exc:  # a disk with no room at all: nothing is left behind
+        _give_up(fd, path, out, created, had_lock_file)
+        raise _unwritten(exc, path) from None
     try:
         yield out
     finally:
-        if previous is None:
-            os.environ.pop(OUT_LOCK_ENV, None)
-        else:
-            os.environ[OUT_LOCK_ENV] = previous
         os.close(fd)  # releases the lock
 
 
@@ -139,11 +158,21 @@ def _read_holder(fd: int) -> str:
     return f"pid {pid} on host {host}"
 
 
-def _give_up(fd: int, path: Path, out: Path, created: bool, had_lock_file: bool) -> None:
+def _unwritten(exc: OSError, path: Path) -> UsageError:
+    """The lock file could not be written: one line (a full disk says how full)."""
+    from ..files import disk_full, is_disk_full
+
+    if is_disk_full(exc):
+        return disk_full(f"the output folder's lock {path}", path.parent, started=False)
+    return UsageError(f"--out {path.parent} cannot be written ({exc.strerror or exc}); choose another --out")
+
+
+def _give_up(fd: Optional[int], path: Path, out: Path, created: bool, had_lock_file: bool) -> None:
     """Leaves the folder as it was found (still locked while the lock file goes)."""
     if not had_lock_file:
         path.unlink(missing_ok=True)
-    os.close(fd)
+    if fd is not None:
+        os.close(fd)
     if created:
         with contextlib.suppress(OSError):
             out.rmdir()
@@ -165,5 +194,9 @@ def create_out(out: Path) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        from ..files import disk_full, is_disk_full
+
+        if is_disk_full(exc):
+            raise disk_full(f"the output folder {out}", out.parent, started=False) from None
         raise UsageError(f"--out {out} cannot be created ({exc.strerror}); choose another --out") from None
     return out

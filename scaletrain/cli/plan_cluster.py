@@ -12,23 +12,24 @@ import json
 import math
 from pathlib import Path
 
-from ..errors import UsageError
 from .parsing import positive_int
 
+CLUSTER_SEQ_LEN = 8192  # --seq-len's default with --hardware
+
+
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags only a cluster plan reads (--tp, --pp, --dp-shard, --dp-replicate, --choose,
-    --json, --out and --strategy are plan's own and mean the same here)."""
-    g = p.add_argument_group("a GPU cluster (with --hardware: predicted from a hardware profile, nothing measured)")
+    """The flags only a cluster plan reads (--tp, --pp, --dp-shard, --dp-replicate, --cp,
+    --seq-len, --choose, --json, --out and --strategy are plan's own and mean the same here)."""
+    g = p.add_argument_group("a GPU cluster (with --hardware: predicted from a hardware profile, nothing measured; "
+                                 "the degrees not given, --cp for long sequences among them, are searched)")
     g.add_argument("--hardware", metavar="NAME|FILE",
                    help="plan for GPUs of this kind: a100-80g, h100-sxm-80g, h100-96g, h200, or a profile .toml")
     g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs in all (default: one node's)")
     g.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="GPUs per node (default: the profile's)")
     g.add_argument("--model-config", metavar="NAME|FILE",
                    help="llama3-8b, llama3-70b, llama3-405b, or a transformers config.json (decoder-only)")
-    g.add_argument("--seq-len", type=positive_int, default=8192, metavar="S", help="tokens per sequence (default 8192)")
     g.add_argument("--global-batch", type=positive_int, metavar="B", help="sequences per optimizer step (default: 2 per GPU)")
     g.add_argument("--micro-batch", type=positive_int, metavar="M", help="sequences per forward on one GPU (default: searched)")
-    g.add_argument("--cp", type=positive_int, metavar="C", help="context-parallel degree (default: searched for long sequences)")
     g.add_argument("--activation-checkpointing", choices=["none", "selective", "full"],
                    help="default: each is predicted")
     g.add_argument("--schedule", choices=["1f1b", "interleaved"], help="pipeline schedule (default: both)")
@@ -36,64 +37,45 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action="store_true", help="torch.compile: the blocks' memory-bound operators fused")
 
 
-def run_cluster(args: argparse.Namespace) -> int:
-    from ..hardware import load_profile
-    from ..plan.cluster import report
-    from ..plan.cluster.config import Scenario
-    from ..plan.cluster.search import Fixed, choose, predict_all
-    from ..plan.cluster.shapes import load_shape
+def cluster_request(args: argparse.Namespace):
+    """The cluster plan the flags ask for."""
+    from ..plan.cluster import ClusterRequest
+    from ..plan.cluster.search import Fixed
 
-    profile = load_profile(args.hardware)
-    if not args.model_config:
-        raise UsageError("--hardware plans a model by its shape: give --model-config llama3-8b (or llama3-70b, "
-                         "llama3-405b, or a transformers config.json)")
-    shape = load_shape(args.model_config)
-    gpn = args.gpus_per_node or profile.gpus_per_node
-    gpus = args.gpus or gpn
-    if gpus > gpn and gpus % gpn:
-        raise UsageError(f"--gpus {gpus} is not a whole number of nodes of {gpn} GPUs (--gpus-per-node)")
-    if args.seq_len > shape.max_positions:
-        raise UsageError(f"--seq-len {args.seq_len} is longer than {shape.name}'s {shape.max_positions} positions "
-                         f"(max_position_embeddings); give --seq-len {shape.max_positions} or less")
-    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), args.seq_len, args.global_batch or 2 * gpus,
-                        args.model_config)
-    fixed = Fixed(strategy=_strategy(args), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
+    fixed = Fixed(strategy=_strategy(args.strategy), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
                   dp_replicate=args.dp_replicate, microbatch=args.micro_batch,
                   checkpointing=args.activation_checkpointing, schedule=args.schedule, float8=args.float8,
                   compile=args.compile)
-    if args.float8 and not profile.peak("fp8"):
-        raise UsageError(f"--float8: {profile.name} has no float8 tensor cores; drop --float8")
-    predictions = predict_all(scenario, fixed)
-    best, runner_up = choose(predictions)
-    rows = [report.row(p, scenario) for p in predictions]
-    result = {"hardware": profile.name, "basis": profile.basis, "model": shape.name, "parameters": shape.parameters,
-              "gpus": gpus, "gpus_per_node": scenario.gpus_per_node, "seq_len": args.seq_len,
-              "global_batch": scenario.global_batch, "configurations": rows,
-              "chosen": report.row(best, scenario) if best else None,
-              "runner_up": report.row(runner_up, scenario) if runner_up else None}
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-        report.plot(predictions, scenario, Path(args.out).with_suffix(".png"))
-    if args.json:
+    return ClusterRequest(args.hardware, args.model_config, args.gpus, args.gpus_per_node, args.seq_len or CLUSTER_SEQ_LEN,
+                          args.global_batch, fixed)
+
+
+def show_cluster(plan, choose: bool, as_json: bool, out) -> int:
+    """Prints the cluster plan (as JSON with `as_json`), and writes it and its chart to `out`."""
+    from ..plan.cluster import report
+
+    result = plan.as_dict()
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=1) + "\n")
+        report.plot(plan.predictions, plan.scenario, Path(out).with_suffix(".png"))
+    if as_json:
         print(json.dumps(result, indent=1))
         return 0
-    _print(predictions, scenario, best, runner_up, args)
+    _print(plan.predictions, plan.scenario, plan.best, plan.runner_up, choose, out)
     return 0
 
 
-def _strategy(args) -> str | None:
+def _strategy(text) -> str | None:
+    """--strategy's layout; None for the flag's default (every plannable strategy: the layout is searched)."""
     from ..strategies import REGISTRY
 
-    text = getattr(args, "strategy", None)
     if not text or text == ",".join(name for name, cls in REGISTRY.items() if cls.plannable):  # the default
         return None
-    if text not in ("fsdp", "hsdp", "ddp", "tp", "pipeline"):
-        raise UsageError(f"--strategy {text}: a cluster plan takes one of fsdp, hsdp, ddp, tp, pipeline")
     return text
 
 
-def _print(predictions, scenario, best, runner_up, args) -> None:
+def _print(predictions, scenario, best, runner_up, choose: bool, out) -> None:
     from ..plan.cluster import report
 
     p = scenario.profile
@@ -101,7 +83,7 @@ def _print(predictions, scenario, best, runner_up, args) -> None:
           f"{p.name} ({scenario.gpus_per_node} per node), seq {scenario.seq}, global batch {scenario.global_batch}; "
           f"compute from {p.basis}")
     print(report.table(predictions, scenario))
-    if not args.choose:
+    if not choose:
         fastest = predictions[0]
         print(f"Fastest: {fastest.config.label()}, {fastest.tokens_per_second_per_gpu:,.0f} tokens/s per GPU"
               f"{'' if fastest.fits else ' — does not fit'}. (--choose picks the fastest that fits.)")
@@ -121,5 +103,5 @@ def _print(predictions, scenario, best, runner_up, args) -> None:
             print(f"Runner-up: {runner_up.config.label()}, {runner_up.tokens_per_second_per_gpu:,.0f} tokens/s per "
                   f"GPU ({margin:+.1%} for the chosen).")
         print("Run it: " + report.train_flags(best.config, scenario, best.microbatches))
-    if args.out:
-        print(f"written: {args.out} and {Path(args.out).with_suffix('.png')}")
+    if out:
+        print(f"written: {out} and {Path(out).with_suffix('.png')}")

@@ -4,8 +4,8 @@ each strategy and world size, including sizes this machine does not have, each w
 interval over the rounds; or (--choose) choose the fastest configuration that fits.
 
 This module reads the flags into a `PlanRequest`, hands it to `scaletrain.plan.make_plan` and
-prints the `Plan`. (A cluster planned from hardware profiles is a request of its own kind:
-`cluster_request` is where its flags become one.)
+prints the `Plan`; with --hardware (a GPU cluster from a hardware profile) cli/plan_cluster.py
+reads the flags into a `ClusterRequest` and prints its plan.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..launchers.interrupts import signal_name
 from ..parallel.dims import MESH, MESH_DIMS
 from .measure_options import (add_min_seconds_argument, add_model_arguments, add_noise_arguments,
-                              add_prediction_arguments, check_comm_file, hosts_for, machine_of, parse_int_list,
+                              add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies, training_of)
 from .parsing import positive_int
 from .perf_options import add_process_memory_arguments, apply_process_memory
@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     plannable = ",".join(name for name, cls in REGISTRY.items() if cls.plannable)
     add_model_arguments(p, "synthetic-cnn")
-    p.add_argument("--strategy", default=plannable, help=f"comma-separated strategies to predict (default: {plannable})")
+    p.add_argument("--strategy", default=plannable, help=f"comma-separated strategies to predict (default: {plannable}; "
+                   "with --choose: the strategies it may choose among)")
+    p.set_defaults(default_strategy=plannable)  # told apart from a --strategy given (what --choose keeps)
     p.add_argument("--world-sizes", default=DEFAULT_WORLD_SIZES,
                    help=f"process counts to predict (default {DEFAULT_WORLD_SIZES})")
     add_prediction_arguments(p)
@@ -72,48 +74,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def request_of(args: argparse.Namespace):
     """The request the flags describe."""
-    from ..devices import choose_device
-    from ..plan import Candidates, Measuring, PlanRequest
+    from ..plan import Candidates, Measuring, PlanRequest, default_machine
 
-    device_type = choose_device(None if args.device == AUTO else args.device, 0).type
+    device = None if args.device == AUTO else args.device
+    shapes = {name: getattr(args, name) for name in ("microbatches", *MESH_DIMS)}
+    training = training_of(args)
     hosts = hosts_for(args, DEFAULT_WORLD_SIZES)
     given = args.world_sizes != DEFAULT_WORLD_SIZES
     sizes = parse_int_list(args.world_sizes, "--world-sizes")
-    machine = machine_of(args, device_type, args.nproc_per_node)
+    machine = default_machine(device, args.nproc_per_node, args.link_gbps, args.link_latency_us, args.overlap,
+                              args.device_memory_gb, args.devices_per_process)
     if args.choose:  # one world size: across hosts every slot, else the one given, else this machine's processes
         if given and not hosts and len(sizes) > 1:
             raise UsageError(f"--choose picks a configuration for one world size; give one --world-sizes value "
                              f"(e.g. --world-sizes {sizes[-1]})")
-        candidates = Candidates(choose=max(sizes) if hosts else sizes[0] if given else machine.nproc_per_node)
+        # What is given beside --choose, the choice keeps: the strategies named, the degrees.
+        named = () if args.strategy == args.default_strategy else tuple(parse_strategies(args.strategy))
+        candidates = Candidates(named, options=shapes,
+                                choose=max(sizes) if hosts else sizes[0] if given else machine.nproc_per_node)
     else:
-        shapes = {name: getattr(args, name) for name in ("microbatches", *MESH_DIMS)}
         candidates = Candidates(tuple(parse_strategies(args.strategy)), tuple(sizes), shapes)
     check_comm_file(args.comm)
-    measuring = Measuring(None if args.device == AUTO else args.device, None if args.backend == AUTO else args.backend,
-                          args.steps, args.warmup, args.min_seconds, args.probe_rounds, args.budget, args.max_error,
-                          args.max_other_load, args.comm, hosts, args.microbatches, args.steady_memory,
-                          cached=args.choose)
-    return PlanRequest(training_of(args), machine, candidates, measuring, cluster=cluster_request(args),
-                       memory_budget_given=bool(args.device_memory_gb))
-
-
-def cluster_request(args: argparse.Namespace):
-    """GPU machines the user has not got, from hardware profiles: None (this version plans machines like this one)."""
-    return None
+    measuring = Measuring(device, None if args.backend == AUTO else args.backend, args.steps, args.warmup,
+                          args.min_seconds, args.probe_rounds, args.budget, args.max_error, args.max_other_load,
+                          args.comm, hosts, args.microbatches, args.steady_memory, cached=args.choose)
+    return PlanRequest(training, machine, candidates, measuring, memory_budget_given=bool(args.device_memory_gb))
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..environment import detect
     from ..plan import make_plan
     from ..plan.report import show_choice, show_plan
 
-    if getattr(args, "hardware", None):
-        from .plan_cluster import run_cluster
+    if args.hardware:  # a GPU cluster from a hardware profile, nothing measured
+        from .plan_cluster import cluster_request, show_cluster
 
-        return run_cluster(args)
-    apply_process_memory(args)
-    if detect(os.environ).launched:
-        raise UsageError("scaletrain plan starts its own probe jobs; run it from a shell, not under a launcher")
+        cluster = cluster_request(args)
+        return show_cluster(make_plan(cluster), args.choose, args.json, args.out)
+    apply_process_memory(args)  # the probe jobs run with the allocator (and --steady-memory) asked for
     request = request_of(args)
     check_out_file(args.out)
     quiet = args.json and request.candidates.choose is not None
@@ -121,21 +118,25 @@ def run(args: argparse.Namespace) -> int:
                                                                  flush=True))
     plan = make_plan(request, say)
     document = plan.as_dict()
-    if args.out is not None:
-        from ..files import write_json_atomic
-
-        write_json_atomic(args.out, document)
     if args.json:
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     elif plan.choice is not None:
         show_choice(plan, args.steady_memory)
     else:
         show_plan(plan)
+    if args.out is not None:
+        from ..files import write_json_atomic
+
+        write_json_atomic(args.out, document)
     if plan.measured.stopped is not None:
         print(f"scaletrain: plan stopped by {signal_name(plan.measured.stopped.signum)} after {len(plan.probes)} probe "
               "round(s); the predictions above come from those", file=sys.stderr)
         return plan.measured.stopped.status
     return 0 if plan.choice is None or plan.choice.chosen else 1
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    raise UsageError("scaletrain plan starts its own probe jobs; run it from a shell, not under a launcher")
 
 
 def check_out_file(path: Path | None) -> None:

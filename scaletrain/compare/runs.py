@@ -49,11 +49,8 @@ def load_run(folder: Path) -> RunRecord:
     run = RunRecord(folder, folder.absolute().name)
     summary = folder / SUMMARY_FILE
     if summary.exists():
-        try:
-            run.summary = json.loads(summary.read_text())
-        except json.JSONDecodeError:
-            raise UsageError(f"{summary} is not valid JSON; is it a `scaletrain train` run folder?") from None
-    lines = metrics.read_text(errors="replace").splitlines()
+        run.summary = _summary(_read(summary), summary, run.notes)
+    lines = _read(metrics).splitlines()
     for number, line in enumerate(lines, start=1):
         record, problem = _record(line, last=number == len(lines))
         if problem:
@@ -85,6 +82,40 @@ def _record(line: str, last: bool) -> tuple[Optional[dict], Optional[str]]:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             return None, f"{key} is {value!r}, not a number"
     return record, None
+
+
+#: Fields of summary.json that the table and the labels read, and the type each must have.
+SUMMARY_FIELDS = {"strategy": (str,), "world_size": (int,), "nnodes": (int,), "nproc_per_node": (int,),
+                  "final_accuracy": (int, float), "final_loss": (int, float), "samples_per_second": (int, float),
+                  "wall_seconds": (int, float)}
+
+
+def _read(path: Path) -> str:
+    """A run's file as text; a folder or an unreadable file in its place is one line."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder, not the file `scaletrain train` writes there; name a run's folder")
+    try:
+        return path.read_text(errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{path} cannot be read ({exc.strerror or exc}); check its permissions") from None
+
+
+def _summary(text: str, path: Path, notes: list) -> dict:
+    """summary.json's record, without the fields the table reads that are of the wrong type
+    (each named in a note); a file that is not one record is left out with a note."""
+    try:
+        summary = json.loads(text)
+    except json.JSONDecodeError:
+        raise UsageError(f"{path} is not valid JSON; is it a `scaletrain train` run folder?") from None
+    if not isinstance(summary, dict):
+        notes.append(f"left out {path}: it holds a {type(summary).__name__}, not a run's summary (a JSON object)")
+        return {}
+    for key, types in SUMMARY_FIELDS.items():
+        value = summary.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            notes.append(f"left out {key} of {path}: {value!r} is not a {'text' if types == (str,) else 'number'}")
+            del summary[key]
+    return summary
 
 
 def load_runs(folders: list[Path]) -> list[RunRecord]:

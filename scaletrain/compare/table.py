@@ -29,4 +29,8 @@ def markdown(runs: list[RunRecord]) -> str:
 
 
 def _number(value: Optional[float], spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-"
+    if spec.endswith("d") and isinstance(value, float) and value.is_integer():
+        value = int(value)  # an epoch written as 1.0 (by hand, or by another program)
+    return format(value, spec)

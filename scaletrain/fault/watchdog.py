@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -36,6 +37,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
+from ..lineage import Lineage
 from .evidence import OpLog
 from .hang_dump import HangEvidence
 
@@ -70,9 +72,14 @@ class Watchdog:
         self._op: Optional[str] = None
         self._since = 0.0
         self._seq = 0
+        self._entered = 0  # watched operations entered: none yet means still starting up
         self._stop = threading.Event()
         self._verdict_lock = threading.Lock()
         self._snapshot: Optional[tuple[float, dict]] = None
+        # The store lives in the launcher (spawn's command, torchrun's agent) or in rank 0: once
+        # the launcher is gone every rank is being stopped, and a store call would only make
+        # torch print a C++ stack trace of the closed connection before the rank's one line.
+        self._lineage = Lineage()
         self.verdict: Optional[dict] = None  # what diagnose found, for the hang's dump
         self.ops = OpLog()  # scaletrain's own record of the operations it marked
         # When a hang is found, every rank's stacks and collectives go to DUMP_DIR/hang-<attempt>.
@@ -101,6 +108,7 @@ class Watchdog:
         outer = self._op
         if outer is None:
             self._op, self._since = name, time.monotonic()
+            self._entered += 1
         entry = self.ops.begin(name, nbytes)
         try:
             yield
@@ -131,11 +139,14 @@ class Watchdog:
 
     def _beat(self) -> None:
         self._seq += 1
-        record = {"seq": self._seq, "step": self.step, "op": self._op, "t": time.time(), "pid": os.getpid()}
+        record = {"seq": self._seq, "step": self.step, "op": self._op, "t": time.time(), "pid": os.getpid(),
+                  "ops": self._entered}
         self._beat_store.set(self.prefix + str(self.rank), json.dumps(record))
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.interval):
+            if self._lineage.gone():  # the rank is being stopped; its launcher says so
+                return
             try:
                 self._beat()
                 if self.evidence is not None:
@@ -157,7 +168,7 @@ class Watchdog:
             waited = time.monotonic() - since
             if self._snapshot is None and waited >= check_at - 2.5 * self.interval:
                 self._snapshot = (time.monotonic(), self._read_all())
-            if waited >= check_at:
+            if waited >= check_at and not self._lineage.gone():
                 with self._verdict_lock:
                     message, culprits = self.diagnose(op, waited)
                     if culprits:
@@ -214,9 +225,10 @@ class Watchdog:
                 never.append(r)
             elif a is not None and a["seq"] == b["seq"]:
                 age = max(gap, time.time() - b["t"])
-                silent[r] = f"pid {b['pid']}, silent for {age:.0f} s, last seen in {_where(b['op'], b['step'])}"
+                silent[r] = (f"pid {b['pid']}, silent for {age:.0f} s, last seen in "
+                             f"{_where(b['op'], b['step'], b.get('ops'))}")
             elif b["step"] != self.step or b["op"] != op:
-                behind[r] = f"alive but in {_where(b['op'], b['step'])}"
+                behind[r] = f"alive but in {_where(b['op'], b['step'], b.get('ops'))}"
         self.verdict.update(silent=silent, behind=behind, never_reported=never)
         parts = []
         culprits = bool(silent or never or behind)
@@ -233,6 +245,11 @@ class Watchdog:
 
     def give_up(self, op: str, waited: float, cause: Optional[BaseException] = None) -> None:
         """After a communication failure: prints the verdict and ends this process."""
+        gone = self._lineage.gone()
+        if gone:  # a peer failed because the launcher went: that is the news, not the peer
+            self._stop.set()
+            print(f"scaletrain: rank {self.rank}: {gone} is gone; stopping this rank", file=sys.stderr, flush=True)
+            os._exit(128 + signal.SIGTERM)
         with self._verdict_lock:
             try:
                 message, _ = self.diagnose(op, waited)
@@ -261,10 +278,13 @@ class Watchdog:
         os._exit(EXIT_PEER_LOST)
 
 
-def _where(op: Optional[str], step: int) -> str:
-    """'train step 6' (the step under way), 'evaluate after step 5', 'no operation after step 5'."""
+def _where(op: Optional[str], step: int, ops: Optional[int] = None) -> str:
+    """'train step 6' (the step under way), 'evaluate after step 5', 'no operation after step
+    5', 'start-up, before its first collective' (`ops`: watched operations it has entered)."""
     if op == "train step":
         return f"train step {step + 1}"
+    if op is None and ops == 0:
+        return "start-up, before its first collective"
     return f"{op or 'no collective'} after step {step}"
 
 

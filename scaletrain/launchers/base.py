@@ -48,8 +48,3 @@ class Launcher(Protocol):
 
 def network_env(network: Optional[Choice]) -> dict:
     return dict(network.set_vars) if network else {}
-
-
-def passed_through(req: LaunchRequest) -> list[str]:
-    """--launcher-args, as given, after the launcher's own options."""
-    return list(req.launcher_args)

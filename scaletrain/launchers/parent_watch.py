@@ -3,7 +3,7 @@
 A launcher killed outright (SIGKILL, the out-of-memory killer, a crash) cannot stop its
 ranks, and a rank left running writes into an output folder whose lock died with the
 launcher, so a new run could be let in beside it. So every rank watches, from a thread of
-the rank runner, every half second:
+the rank runner, every half second (scaletrain/lineage.py):
 
 - its parent process (spawn's launcher, torchrun's agent, mpirun's daemon, slurmstepd): a
   rank whose parent is gone has been handed to another process (its parent pid changed);
@@ -21,47 +21,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
-from pathlib import Path
-from typing import Optional
 
-#: "PID START_TIME HOST" of the `scaletrain` command that launched the job.
-LAUNCHER_VAR = "SCALETRAIN_LAUNCHER_PROCESS"
+from ..lineage import LAUNCHER_VAR, Lineage, start_time, this_process  # noqa: F401 - names launchers use
+
 POLL_S = 0.5
 STOP_AFTER_S = 10.0
-
-
-def start_time(pid: int) -> Optional[str]:
-    """The process's start time (clock ticks after boot), or None when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def this_process() -> str:
-    """LAUNCHER_VAR's value naming this process."""
-    return f"{os.getpid()} {start_time(os.getpid())} {socket.gethostname()}"
-
-
-def _launcher_here(value: Optional[str]) -> Optional[tuple[int, str]]:
-    """(pid, start time) of the launching command when it runs on this host."""
-    try:
-        pid, started, host = (value or "").split()
-    except ValueError:
-        return None
-    return (int(pid), started) if host == socket.gethostname() and pid.isdigit() else None
 
 
 class ParentWatch:
     def __init__(self, rank: int, environ=os.environ):
         self.rank = rank
-        self.parent = os.getppid()
-        self.parent_started = start_time(self.parent)
-        self.launcher = _launcher_here(environ.get(LAUNCHER_VAR))
+        self.lineage = Lineage(environ)
         self._stop = threading.Event()
 
     def start(self) -> "ParentWatch":
@@ -72,13 +44,9 @@ class ParentWatch:
     def stop(self) -> None:
         self._stop.set()
 
-    def gone(self) -> Optional[str]:
+    def gone(self):
         """What is gone (the parent, the launching command), or None."""
-        if os.getppid() != self.parent or start_time(self.parent) != self.parent_started:
-            return f"its parent process (pid {self.parent})"
-        if self.launcher is not None and start_time(self.launcher[0]) != self.launcher[1]:
-            return f"the scaletrain command that launched it (pid {self.launcher[0]})"
-        return None
+        return self.lineage.gone()
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):

@@ -75,6 +75,21 @@ def stop_all(processes: set[tuple[int, str]], grace: float = STOP_GRACE_S) -> No
     _signal_all(processes, signal.SIGKILL)
 
 
+#: Seconds the processes a finished rank started get to end after SIGTERM, before SIGKILL.
+CHILDREN_GRACE_S = 2.0
+
+
+def end_descendants(pid: int, grace: float = CHILDREN_GRACE_S) -> int:
+    """Stops every process below `pid` (a rank's own children: a `subprocess.Popen` it never
+    waited for, DataLoader workers): they end with the rank, under every launcher. Without
+    this they outlive it (the spawn launcher's job ends with them re-parented to init) or
+    keep its output open (mpirun waits for them). Returns how many were running."""
+    below = descendants(pid)
+    if below:
+        stop_all(below, grace)
+    return len(below)
+
+
 def stop_group(pgid: int, grace: float = STOP_GRACE_S) -> None:
     """SIGTERM the whole process group (the launcher and every rank it started here), then
     SIGKILL whatever did not stop within `grace` seconds."""

@@ -15,8 +15,9 @@ under spawn, torchrun, mpirun and srun without a line about launchers in it:
 4. it runs the program as `__main__` (runpy), and if it fails writes the traceback, rank and
    host where the launcher reads them (and torchrun's error file), so the launcher can show
    the first failure first;
-5. once the program has returned it leaves at once with the program's exit status, without
-   interpreter finalisation (see `finish`);
+5. once the program has returned it stops the processes the program started and left
+   running, then leaves at once with the program's exit status, without interpreter
+   finalisation (see `finish`);
 6. it stops the rank when its launcher is gone (parent_watch.py), so no rank outlives it.
 
 A rank looks to the program like one torchrun started: a process of its own, with the
@@ -58,6 +59,7 @@ from .interrupts import STOP_STATUSES  # noqa: E402
 from .joining import JoinWatch, exit_after  # noqa: E402
 from .parent_watch import ParentWatch  # noqa: E402
 from .plan import ERROR_DIR_VAR, Target  # noqa: E402
+from .processes import end_descendants  # noqa: E402
 from .teardown import TeardownGuard  # noqa: E402
 from ..timeline import mark as timeline, process_started  # noqa: E402
 
@@ -127,8 +129,8 @@ def record_failure(rank: int, summary: str, text: str, exc: Optional[BaseExcepti
         from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
         ErrorHandler().record_exception(exc)
-    print(f"scaletrain: rank {rank} on host {record['host']} failed: {summary} "
-          f"(traceback reported by the launcher)", file=sys.stderr, flush=True)
+    told = " (traceback reported by the launcher)" if exc is not None else ""  # a status or a timeout has none
+    print(f"scaletrain: rank {rank} on host {record['host']} failed: {summary}{told}", file=sys.stderr, flush=True)
 
 
 def run_program(body: Callable[[], None], describe: str, join_timeout: float,
@@ -201,6 +203,7 @@ def finish(rank: int, status: int) -> None:
     threads freeing tensors that need the GIL) can still block or abort after it, and no
     launcher should wait on that. Output is flushed first, so nothing printed is lost."""
     mark(os.environ.get(ERROR_DIR_VAR), rank, "ended", status)
+    end_descendants(os.getpid())  # what the program started and left running ends with it
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

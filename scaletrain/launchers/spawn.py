@@ -34,6 +34,7 @@ from .base import Job, network_env
 from .failures import signal_summary, write_record
 from .interrupts import Interrupts
 from .plan import Command, Plan, execution_env, rank_argv
+from .processes import descendants, stop_all
 from .preflight import check_interfaces, check_local_master, check_port_free, warn_if_oversubscribed
 from .request import LaunchRequest
 
@@ -192,13 +193,19 @@ def _stop(processes: list[RankProcess], grace: float) -> None:
 POLL_S = 0.05
 
 
-def _wait_for_first_failure(processes: list[RankProcess], interrupts: Interrupts) -> Optional[int]:
+def _wait_for_first_failure(processes: list[RankProcess], interrupts: Interrupts,
+                            below: Optional[set] = None) -> Optional[int]:
     """Waits until every process has ended (None) or one ended badly (its index), or a
-    signal was received (-1)."""
+    signal was received (-1). `below` collects the processes seen below the ranks."""
     pending = list(range(len(processes)))
+    next_scan = 0.0
     while pending:
         if interrupts.signum is not None:
             return -1
+        if below is not None and time.monotonic() > next_scan:
+            for p in processes:  # remembered: a rank's orphans lose their parent link
+                below.update(descendants(p.pid))
+            next_scan = time.monotonic() + 1.0
         for index in list(pending):
             status = processes[index].exit_status()
             if status is None:
@@ -222,6 +229,7 @@ def run_children(plan: Plan, job: Job, start: Callable[[int, dict], RankProcess]
         if rendezvous is not None:
             env.update(MASTER_PORT=str(rendezvous.port), TORCHELASTIC_USE_AGENT_STORE="True")
     processes: list[RankProcess] = []
+    below: set = set()  # every process seen below a rank: it does not outlive the job
     try:
         for rank, env in enumerate(environments):
             processes.append(start(rank, env))
@@ -229,15 +237,16 @@ def run_children(plan: Plan, job: Job, start: Callable[[int, dict], RankProcess]
         if rendezvous is not None:
             rendezvous.serve(len(environments))
             mark("command: rendezvous served")
-        return _outcome(processes, job)
+        return _outcome(processes, job, below)
     finally:
         _stop(processes, STOP_GRACE_S)
+        stop_all(below)
         if rendezvous is not None:
             rendezvous.close()
 
 
-def _outcome(processes: list[RankProcess], job: Job) -> int:
-    failed = _wait_for_first_failure(processes, job.interrupts)
+def _outcome(processes: list[RankProcess], job: Job, below: set) -> int:
+    failed = _wait_for_first_failure(processes, job.interrupts, below)
     if failed is None:
         return 0
     if failed == -1:

@@ -10,6 +10,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .attention import attention_facts
+
 
 @dataclass(frozen=True)
 class Footprint:
@@ -51,6 +53,13 @@ class Footprint:
     """Under full checkpointing, backward's height over a checkpointed block: what it holds
     computing the block again and going back through it, in units of that block's saved
     activations (measured: the GPT 0.9, a Llama with SwiGLU 1.7); 0: not measured."""
+    attention_kv_bytes_per_sample: tuple = ()
+    """Each attention of a forward: its keys and values over whole sequences, bytes per sample
+    (what context parallel's ring passes round, a 1/cp piece per hop); empty: no attention seen."""
+    attention_flop_share: float = 0.0
+    """Attention's share of a forward's arithmetic (what a ring hop can hide behind)."""
+    attention_sequence: int = 0
+    """The tokens of a sequence the attentions attend over (what context parallel splits)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -278,6 +287,7 @@ def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs
     n = max(1, len(targets))
     outputs = unit_output_bytes(model, inputs)
     kept = checkpointed_activations(model, runs, inputs, per_unit)
+    kv, attention_share, sequence = attention_facts(model, inputs)
     return Footprint(
         param_bytes=tensor_bytes(model.parameters()),
         grad_bytes=tensor_bytes(trainable),
@@ -294,4 +304,7 @@ def measure_footprint(model: nn.Module, optimizer: torch.optim.Optimizer, inputs
         checkpointed_activation_bytes_per_sample=kept,
         largest_tensor_bytes=max((tensor_bytes([p]) for p in trainable), default=0),
         recompute_height=recompute_height(model, inputs, targets, loss_fn, per_unit, kept["full"] * n),
+        attention_kv_bytes_per_sample=kv,
+        attention_flop_share=attention_share,
+        attention_sequence=sequence,
     )

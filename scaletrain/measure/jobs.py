@@ -37,15 +37,6 @@ class Hosts:
     def names(self) -> str:
         return ", ".join(h for h, _ in self.hosts)
 
-    def check_world_sizes(self, world_sizes: list[int]) -> None:
-        """A job across the hosts uses every slot of every host: the layout the predictions
-        assume (each host's processes consecutive ranks)."""
-        wrong = [n for n in world_sizes if n not in (1, self.world_size)]
-        if wrong:
-            raise UsageError(f"--world-sizes {','.join(map(str, world_sizes))}: across {self.flag} the job fills "
-                             f"every slot ({len(self.hosts)} hosts × {self.slots}); use --world-sizes "
-                             f"1,{self.world_size}")
-
 
 def hosts_from_args(args) -> Optional[Hosts]:
     """The --hosts / --hostfile of a measuring command, or None (everything on this machine)."""

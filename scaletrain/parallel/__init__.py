@@ -11,13 +11,16 @@ this fixed order, each where the configuration (`ParallelConfig`) enables it:
    float8          precision float8: linear layers become torchao's Float8Linear (before
                    everything that wraps or shards them)
 3. tensor_parallel split each layer's matrices across the "tp" dimension
-4. activation_checkpointing  keep only each block's input for backward, recompute the rest
-5. compile         torch.compile block by block, in place
-6. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard"):
+4. context_parallel split each sequence across the "cp" dimension, attention round a ring
+5. activation_checkpointing  keep only each block's input for backward, recompute the rest
+6. compile         torch.compile block by block, in place
+7. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard" × "cp"):
                    sharded, hybrid-sharded (HSDP) or replicated by FSDP's means
 
 Tensor parallel comes before FSDP because FSDP shards what tensor parallel has already
-split (2-D parameters); checkpointing wraps a block's whole computation, tensor parallel's
+split (2-D parameters); context parallel routes each block's attention (of tensor parallel's
+heads, where split) before checkpointing and compilation take the blocks, so that a block
+computed again in backward goes round the ring again; checkpointing wraps a block's whole computation, tensor parallel's
 collectives included, and is itself compiled; compilation comes before the data-parallel
 wrappers so that their communication stays between the compiled blocks. A combination is a configuration — the
 degrees and options a strategy preset fills in — not a class.
@@ -39,6 +42,7 @@ from ..errors import UsageError
 
 from .checkpointing import ActivationCheckpointing
 from .compile import Compile
+from .context_parallel import ContextParallel
 from .data_parallel import DataParallel
 from .float8 import Float8Training
 from .local_devices import LocalDevices
@@ -57,6 +61,7 @@ PARALLELISMS = [
     LocalDevices(),
     Float8Training(),
     TensorParallel(),
+    ContextParallel(),
     ActivationCheckpointing(),
     Compile(),
     DataParallel(),

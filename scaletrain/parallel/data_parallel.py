@@ -94,16 +94,16 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig, topology: Topology) -> 
     kwargs = {"mesh": mesh, "mp_policy": fsdp_policy(config.option("precision", "fp32"))}
     reshard = config.option("reshard_after_forward")
     if reshard is not None:
-        kwargs["reshard_after_forward"] = reshard
+        kwargs["reshard_after_forward"] = torch_reshard(reshard, dims.dp_shard)
     if config.option("offload", False):
         from torch.distributed.fsdp import CPUOffloadPolicy
 
         kwargs["offload_policy"] = CPUOffloadPolicy()
     module = part.module
-    blocks = model_blocks(module)
+    blocks, tied = blocks_sharded_alone(module, model_blocks(module))
     for name in blocks:
         fully_shard(module.get_submodule(name), **kwargs)
-    fully_shard(module, **kwargs)
+    fully_shard(module, **kwargs)  # the root: every parameter no block took, tied ones included
     part.casts_itself = True
     part.no_sync = lambda: _fsdp_no_sync(module)
     kind = "replicated" if dims.shards == 1 else "sharded"
@@ -113,7 +113,33 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig, topology: Topology) -> 
     how = (f"{dims.shards} ways" if dims.dp_replicate == 1 else
            f"{dims.shards} ways within each of {dims.dp_replicate} replica groups" if dims.shards > 1 else
            f"across {dims.dp_replicate} replicas")
-    part.banner.append(f"fsdp: {len(blocks)} block(s) ({', '.join(blocks)}) and the root {kind} {how}")
+    part.banner.append(f"fsdp: {len(blocks)} block(s) ({', '.join(blocks)}) and the root {kind} {how}"
+                       + (f"; {', '.join(tied)} share weights with another part of the model (tied), so the root's "
+                          "group holds them" if tied else ""))
+
+
+def blocks_sharded_alone(model: nn.Module, blocks: list[str]) -> tuple[list[str], list[str]]:
+    """(blocks that can each be an FSDP group of their own, blocks that cannot). A parameter
+    belongs to one FSDP group: a block sharing one with another part of the model (an
+    embedding tied to the output head, the usual language model) is left to the root's
+    group, which then holds every user of the tied weight."""
+    def owner(path: str) -> str:
+        return next((b for b in blocks if path == b or path.startswith(b + ".")), "")
+
+    owners: dict[int, set] = {}
+    for path, sub in model.named_modules(remove_duplicate=False):
+        for param in sub.parameters(recurse=False):
+            owners.setdefault(id(param), set()).add(owner(path))
+    tied = {b for found in owners.values() if len(found) > 1 for b in found if b}
+    return [b for b in blocks if b not in tied], [b for b in blocks if b in tied]
+
+
+def torch_reshard(reshard, dp_shard: int):
+    """reshard_after_forward as torch takes it without a warning on every rank: sharded 1 way
+    is the whole parameter kept (False), sharded dp_shard ways is resharding fully (True)."""
+    if isinstance(reshard, bool) or not isinstance(reshard, int):
+        return reshard
+    return False if reshard == 1 else True if reshard == dp_shard else reshard
 
 
 @contextlib.contextmanager

@@ -3,17 +3,19 @@
     pp            pipeline stages: consecutive blocks of the model in different processes
     dp_replicate  data-parallel replicas that hold the whole (stage of the) model
     dp_shard      data-parallel shards: each holds 1/dp_shard of parameters, gradients, state
+    cp            context parallel: each sequence split across processes, attention round a ring
     tp            tensor parallel: each layer's matrices split across processes
 
 `MESH` lists them once, outermost first, each with what it means for the rest of the code
 (whether its processes read different batches, whether FSDP shards the state over it, whether
 its processes hold equal copies); everything that walks the dimensions walks this list. They
 multiply to the world size. Ranks are laid out row-major over the list: tensor parallel
-innermost, so its processes — which talk in every layer — are neighbours on one machine;
-pipeline stages outermost, so a stage per machine is what a job of several machines gets. A
-process's data-parallel rank counts over the dimensions whose processes read different
-batches (dp_replicate, dp_shard): tensor-parallel peers read the same batch, a pipeline's
-stages the same batch too.
+innermost, so its processes — which talk in every layer — are neighbours on one machine,
+context parallel next to it (its ring passes keys and values in every attention); pipeline
+stages outermost, so a stage per machine is what a job of several machines gets. A process's
+data-parallel rank counts over the dimensions whose processes read different batches
+(dp_replicate, dp_shard): tensor- and context-parallel peers read the same batch (the latter
+each keep their part of its sequences), a pipeline's stages the same batch too.
 
 Pure values: no torch, so the parent process checks a combination in milliseconds.
 """
@@ -26,7 +28,7 @@ from typing import Optional
 
 from ..errors import UsageError, arg
 
-PP, DP_REPLICATE, DP_SHARD, TP = "pp", "dp_replicate", "dp_shard", "tp"
+PP, DP_REPLICATE, DP_SHARD, CP, TP = "pp", "dp_replicate", "dp_shard", "cp", "tp"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ MESH = (
                           "shards)", "R", batch=True, replicates=True),
     MeshDim(DP_SHARD, "data-parallel shards: each process holds 1/S of parameters, gradients and optimizer state",
             "S", batch=True, shards_state=True),
+    # Context-parallel peers hold the same weights, so FSDP shards them over dp_shard × cp.
+    MeshDim(CP, "context-parallel degree: each sequence split N ways (load-balanced for causal attention), "
+                "attention computed round a ring of the N processes, which hold the same weights (FSDP shards them "
+                "over dp_shard × cp); the built-in GPT, Hugging Face models, or a model whose attention calls "
+                "scaled_dot_product_attention", "N", shards_state=True),
     MeshDim(TP, "tensor-parallel degree: each layer's matrices split N ways, by the model's own plan (stdlib-gpt; "
                 "Hugging Face models that declare one, such as Llama) or by --parallelize", "N"),
 )

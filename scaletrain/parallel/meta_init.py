@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
-from ..errors import UsageError
+from ..errors import UsageError, by_door
 
 
 def is_meta(model: nn.Module) -> bool:
@@ -173,8 +173,9 @@ def materialise(whole_model: nn.Module, local: nn.Module, device: torch.device, 
     if missing:
         shown = ", ".join(missing[:3]) + (" …" if len(missing) > 3 else "")
         raise UsageError(f"the model was built on the meta device, but {shown} has tensors of its own and no "
-                         "reset_parameters() to initialise them; give the module a reset_parameters(), pass "
-                         "init_fn=fn(module) to run.setup, or build the model on a real device")
+                         "reset_parameters() to initialise them; give the module a reset_parameters(), "
+                         + by_door("pass init_fn=fn(module) to run.setup, or build the model on a real device",
+                                   "or build it whole: --meta-init never"))
     forget_hf_initialised(whole_model)
     _to_empty_keeping_ties(local, device)
     if rng_state is not None:

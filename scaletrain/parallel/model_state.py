@@ -12,6 +12,7 @@ any share of it loads into any layout.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable, Optional
 
 import torch
@@ -107,6 +108,23 @@ def _one_tensor_at_a_time_if_mixed(group: dict) -> None:
             group["foreach"] = False
 
 
+#: Settings of a parameter group that choose how the optimizer computes, not what: they belong
+#: to the layout that runs (tensor parallel alone steps one tensor at a time, see above), not
+#: to the checkpoint. A layout without mixed tensors saves fused=True; loading it must not
+#: put that back into a group that cannot take it.
+IMPLEMENTATION_SETTINGS = ("fused", "foreach", "capturable", "differentiable")
+
+
+@contextlib.contextmanager
+def keeping_implementation(optimizer: Optional[torch.optim.Optimizer]):
+    """Around loading an optimizer's state: its groups keep their own IMPLEMENTATION_SETTINGS."""
+    groups = optimizer.param_groups if optimizer is not None else []
+    kept = [{k: group[k] for k in IMPLEMENTATION_SETTINGS if k in group} for group in groups]
+    yield
+    for group, settings in zip(optimizer.param_groups if optimizer is not None else [], kept):
+        group.update(settings)
+
+
 def _options(**kwargs):
     return _state_dict().StateDictOptions(flatten_optimizer_state_dict=True, **kwargs)
 
@@ -144,7 +162,8 @@ def load_full_state(module: nn.Module, optimizer: Optional[torch.optim.Optimizer
         # Nested here: torch 2.13 cannot load a flattened optimizer state in this mode (it
         # flattens its own local copy too and hands the optimizer a flat dict).
         nested = nest_optimizer_state(module, optimizer, state["optimizer"]) if state["optimizer"] else {}
-        sd.set_optimizer_state_dict(module, (optimizer,), nested, options=options)
+        with keeping_implementation(optimizer):
+            sd.set_optimizer_state_dict(module, (optimizer,), nested, options=options)
     sd.set_model_state_dict(module, state.get("model", {}), options=options)
 
 
@@ -181,7 +200,8 @@ def load_local_state(module: nn.Module, optimizer: Optional[torch.optim.Optimize
     """Puts back a state shaped like local_state's (each process its own share)."""
     sd, options = _state_dict(), _options()
     if _has_params(optimizer) and state.get("optimizer"):
-        sd.set_optimizer_state_dict(module, (optimizer,), state["optimizer"], options=options)
+        with keeping_implementation(optimizer):
+            sd.set_optimizer_state_dict(module, (optimizer,), state["optimizer"], options=options)
     sd.set_model_state_dict(module, state["model"], options=options)
 
 

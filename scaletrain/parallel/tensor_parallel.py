@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from ..errors import UsageError, arg
+from ..errors import AgreedError, UsageError, arg, by_door
 from .config import ParallelConfig
 from .dims import TP
 from .part import ModelPart
@@ -47,7 +47,8 @@ def tp_style(name: str, where: str):
     if name in ("rowwise_rep", "rowwise_split_input"):
         return RowwiseParallel(input_layouts=Replicate() if name == "rowwise_rep" else Shard(-1))
     raise UsageError(f"{where}: the tensor-parallel style {name!r} is not supported (supported: {', '.join(STYLES)}); "
-                     f"give parallelize=fn(model, mesh) to apply your own plan")
+                     "apply your own plan: " + by_door("parallelize=fn(model, tp_mesh)",
+                                                      "--parallelize MODULE:FUNCTION, a function fn(model, tp_mesh)"))
 
 
 def module_plan(model: nn.Module) -> dict[str, str]:
@@ -99,8 +100,10 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
         hint = (" (GPT-2's Conv1D layers are transposed Linear layers that torch's tensor parallel does not split)"
                 if conv1d else "")
         raise UsageError(f"{arg('tp', tp)}: the model ({type(model).__name__}) has no tensor-parallel plan{hint}; "
-                         f"use strategy ddp or fsdp, or give parallelize=fn(model, tp_mesh) that applies "
-                         f"torch.distributed.tensor.parallel.parallelize_module ({arg('parallelize')})")
+                         "use strategy ddp or fsdp, or give " + by_door("parallelize=fn(model, tp_mesh)",
+                                                                        "--parallelize MODULE:FUNCTION, a function "
+                                                                        "fn(model, tp_mesh),")
+                         + " that applies torch.distributed.tensor.parallel.parallelize_module")
     for key, style in plan.items():
         tp_style(style, f"the model's plan for {key}")
     _hf_heads_check(model, tp)
@@ -117,6 +120,16 @@ def check_tensor_parallel(model: nn.Module, tp: int, hook: Optional[Callable]) -
             if size % tp:
                 raise UsageError(f"{arg('tp', tp)}: {path} has {size} {'outputs' if style.startswith('colwise') else 'inputs'}, "
                                  f"which cannot be split {tp} ways; use a {arg('tp')} that divides {size}")
+
+
+def split_parameters(module: nn.Module, mesh) -> list[str]:
+    """Names of `module`'s parameters that are DTensors sharded over `mesh` (tensor parallel's)."""
+    found = []
+    for name, param in module.named_parameters():
+        placements = getattr(param, "placements", ())
+        if getattr(param, "device_mesh", None) == mesh and any(p.is_shard() for p in placements):
+            found.append(name)
+    return found
 
 
 class TensorParallel:
@@ -138,7 +151,15 @@ class TensorParallel:
             hook = load_factory(hook, "--parallelize")
         if hook is not None:
             hook(module, mesh)
-            source = "your parallelize function"
+            split = split_parameters(module, mesh)
+            if not split and not config.pipelined:  # (one pipeline stage may have nothing to split)
+                raise AgreedError(
+                    f"{arg('parallelize')}: your function returned without splitting any parameter across the "
+                    f"{tp} tensor-parallel processes, so each would compute the whole model; apply "
+                    f"torch.distributed.tensor.parallel.parallelize_module(model, tp_mesh, plan) in it, or leave "
+                    f"{arg('tp')} out (strategy ddp or fsdp)")
+            total = sum(1 for _ in module.parameters())
+            source = f"your parallelize function: {len(split)} of {total} parameter tensors split"
         else:
             # The rules were read from the whole model (a pipeline stage has lost its config):
             # those that name a module of this part apply to it.

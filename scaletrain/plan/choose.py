@@ -14,6 +14,7 @@ from typing import Optional
 
 from ..defaults import WORTH_AT_SPEEDUP
 from ..parallel import PARALLELISMS
+from .constraints import Constraints
 from .costs import cost_module
 from .predict import Prediction, predict
 from .verdict import implausible
@@ -54,13 +55,15 @@ def world_sizes_up_to(world_size: int, across_hosts: bool = False) -> list[int]:
     return sorted({1, world_size}) if across_hosts else list(range(1, world_size + 1))
 
 
-def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
+def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool,
+               sequence: int = 0) -> list[tuple[str, dict]]:
     """(strategy, options) for every configuration worth predicting on `world_size` processes:
     those each parallelism's cost module brings (`candidates`), the data-parallel ones first,
-    each in every variant a module adds (`variants`: activation checkpointing's modes)."""
+    each in every variant a module adds (`variants`: activation checkpointing's modes).
+    `sequence`: the tokens of a sequence the model's attention attends over (0: none)."""
     modules = [cost_module(p.name) for p in reversed(PARALLELISMS)]
     found = [c for m in modules if hasattr(m, "candidates")
-             for c in m.candidates(world_size, batch_size, blocks, tensor_parallel)]
+             for c in m.candidates(world_size, batch_size, blocks, tensor_parallel, sequence)]
     for m in modules:
         if hasattr(m, "variants"):
             found = [(name, {**options, **extra}) for name, options in found for extra in m.variants()]
@@ -133,14 +136,21 @@ class Choice:
 
 
 def choose(probes: list[Probe], world_size: int, batch_size: int, machine: Machine,
-           across_hosts: bool = False) -> Choice:
+           constraints: Optional[Constraints] = None, across_hosts: bool = False) -> Choice:
     """The fastest configuration that fits, by the median prediction over the probes' rounds,
-    among those of every world size up to `world_size` (world_sizes_up_to)."""
+    among those of every world size up to `world_size` (world_sizes_up_to); where the user fixed
+    something (`constraints`), among those of `world_size` that keep it."""
     probe = probes[0]
     fp = probe.footprint
     tensor_parallel = bool(fp.block_tp_param_bytes)
-    found = [(n, name, chosen_options) for n in world_sizes_up_to(world_size, across_hosts)
-             for name, chosen_options in candidates(n, batch_size, len(fp.block_param_bytes), tensor_parallel)]
+
+    def of(n: int) -> list:
+        return candidates(n, batch_size, len(fp.block_param_bytes), tensor_parallel, fp.attention_sequence)
+
+    if constraints:
+        found = [(world_size, name, options) for name, options in constraints.candidates(of(world_size), world_size)]
+    else:
+        found = [(n, name, options) for n in world_sizes_up_to(world_size, across_hosts) for name, options in of(n)]
     predicted: list[tuple[Prediction, list[float]]] = []
     rejected, every = [], []
     for n, name, chosen_options in found:

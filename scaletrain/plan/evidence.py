@@ -19,7 +19,7 @@ import os
 import platform
 import sys
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -28,7 +28,7 @@ from ..errors import UsageError, arg
 from ..launchers.interrupts import Stopped, signal_name
 from ..measure.rounds import Job, Limits, run_rounds
 from .jobs import ProbeJobs, probe_plan
-from .probe import Probe, load_comm_json, probe_from_dict
+from .probe import Probe, load_comm_json, probe_from_dict, probe_problem
 from .request import PlanRequest
 
 PROBE_KEY = "plan's measurements"
@@ -74,7 +74,7 @@ def measured(request: PlanRequest, device_type: str, error_of: Callable[[list], 
     if not m.cached:
         return _rounds(jobs, m, error_of, say)
     key = cache_key(request, device_type)
-    probes = cached_probes(key)
+    probes = cached_probes(key, say)
     if probes:
         say(f"scaletrain: using the measurements made earlier for this model, batch and machine (cache {key})")
         return Measured(probes)
@@ -117,8 +117,9 @@ def _rounds(jobs: ProbeJobs, m, error_of: Callable[[list], Optional[float]], say
     stopped = Stopped(rounds.stopped_by) if rounds.stopped_by is not None else None
     if stopped is not None and not probes:
         # An outcome, not progress: on stderr whatever `say` does with progress lines.
-        print(f"scaletrain: plan stopped by {signal_name(stopped.signum)} before its first probe round was complete; "
-              "nothing was predicted", file=sys.stderr, flush=True)
+        print(f"scaletrain: {m.subject} stopped by {signal_name(stopped.signum)} before its first probe round was "
+              f"complete; {'nothing was predicted' if m.subject == 'plan' else 'nothing was chosen or trained'}",
+              file=sys.stderr, flush=True)
         raise Stopped(stopped.signum, said=True)
     kept = {id(p) for p in probes}
     return Measured(probes, [p for p in every if id(p) not in kept], rounds.left_out, rounds.stop_reason, stopped)
@@ -136,23 +137,36 @@ def cache_key(request: PlanRequest, device_type: str) -> str:
     across) a probe is valid for."""
     import torch
 
+    from ..steady_memory import wanted
     from ..version import __version__
 
     spec, machine, hosts = request.spec(), request.machine, request.measuring.hosts
     facts = {k: spec.get(k) for k in ("workload", "model", "dataset", "batch_size", "seed", "device", "backend")}
+    if spec.get("seq_len") is not None:  # (absent otherwise: the probes cached before it stay valid)
+        facts["seq_len"] = spec["seq_len"]
     facts.update(world_size=request.candidates.choose, nproc_per_node=machine.nproc_per_node,
                  device_type=device_type, cores=machine.cores, host=platform.node(),
                  hosts=hosts.names if hosts else "", torch=torch.__version__, scaletrain=__version__, cwd=os.getcwd(),
+                 # How the processes hold memory changes their speed (--steady-memory costs 8-40%) and peaks.
+                 steady_memory=bool(request.measuring.steady_memory or wanted(None)),
                  allocator=os.environ.get(ALLOCATOR_VAR, ""))  # the probe's memory is its allocator's
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def cached_probes(key: str) -> Optional[list[Probe]]:
+def cached_probes(key: str, say: Optional[Callable[[str], None]] = None) -> Optional[list[Probe]]:
+    """The probes cached under `key`, or None: none cached, or figures no measurement gives
+    (a file edited or damaged), which are measured again rather than believed."""
     path = cache_dir() / f"{key}.json"
     try:
-        return [probe_from_dict(doc) for doc in json.loads(path.read_text())["probes"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        docs = json.loads(path.read_text())["probes"]
+        problem = next((found for found in map(probe_problem, docs) if found), None)
+        if problem is None:
+            return [probe_from_dict(doc) for doc in docs] or None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    if say is not None:
+        say(f"scaletrain: note: the cached measurements in {path} cannot be right ({problem}); measuring again")
+    return None
 
 
 def store_probes(key: str, probes: list[Probe]) -> None:

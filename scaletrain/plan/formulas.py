@@ -83,27 +83,9 @@ def pipeline_bubble(stages: int, microbatches: int) -> float:
     return (stages - 1) / (microbatches + stages - 1)
 
 
-def pipeline_step_seconds(compute: float, stages: int, microbatches: int, transfer: float) -> float:
-    """A step of `stages` equal stages sharing `compute` seconds of work, stretched by the
-    bubble, plus `transfer` seconds of activations and gradients sent between stages."""
-    busy = compute / stages
-    return busy / (1 - pipeline_bubble(stages, microbatches)) + transfer
-
-
 def speedup(step_seconds: float, global_batch: int, baseline_step_seconds: float, baseline_batch: int) -> float:
     """Samples per second against the one-process baseline's samples per second."""
     return (global_batch / step_seconds) / (baseline_batch / baseline_step_seconds)
-
-
-def memory_replicated(params: float, grads: float, optimizer: float, activations: float) -> float:
-    """Every process holds the whole model, its gradients and its optimizer state (ddp, single)."""
-    return params + grads + optimizer + activations
-
-
-def memory_sharded(params: float, grads: float, optimizer: float, activations: float, n: int,
-                   largest_unit: float) -> float:
-    """FSDP: a 1/n shard of everything, plus one unit gathered whole (parameters and gradients)."""
-    return (params + grads + optimizer) / n + 2 * largest_unit + activations
 
 
 def memory_pipeline(stage_bytes: float, model_bytes: float, params: float, grads: float, optimizer: float,

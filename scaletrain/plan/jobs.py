@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 
+from ..measure.failed import measurement_failed
 from .machine import Machine
 from .probe import DdpStep, Link, MeshStep, Probe, measure_link, probe_from_jobs
 from .scenario import threads_needed
@@ -89,7 +90,7 @@ class ProbeJobs:
 
         code = run_job(self.argv(threads, out, kind), nproc, hosts, module=PROBE_MODULE)
         if code != 0 or not out.exists():
-            raise RuntimeError(f"the plan's {what} failed (exit status {code}); its error is printed above")
+            raise measurement_failed(f"the plan's {what}", code, hosts)
         return json.loads(out.read_text())
 
     def _tp_step(self, folder: Path) -> Optional[MeshStep]:

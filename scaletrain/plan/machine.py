@@ -31,14 +31,20 @@ class Machine:
     """Devices a dp, mp or DDP + model parallel process drives (None: the GPUs visible, or the CPU's one)."""
 
 
-def default_machine(device_type: str, nproc_per_node: Optional[int] = None, link_gbps: float = 10.0,
+def default_machine(device: Optional[str] = None, nproc_per_node: Optional[int] = None, link_gbps: float = 10.0,
                     link_latency_us: float = 20.0, overlap: Optional[float] = None,
                     device_memory_gb: Optional[float] = None, devices_per_process: Optional[int] = None) -> Machine:
-    """This machine, with whatever the caller gives instead."""
+    """This machine, for processes on `device` ("cpu", "cuda", "cuda:1"; None: CUDA when
+    visible), with whatever the caller gives instead."""
     import torch
 
+    from ..devices import choose_device
+    from ..errors import UsageError, arg
     from .probe import cores_here, device_memory_bytes
 
+    if overlap is not None and not 0 <= overlap <= 1:
+        raise UsageError(f"{arg('overlap', overlap)}: must be between 0 and 1")
+    device_type = choose_device(device, 0).type
     cores = cores_here()
     if nproc_per_node is None:
         nproc_per_node = torch.cuda.device_count() if device_type == "cuda" else cores

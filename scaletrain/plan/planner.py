@@ -5,46 +5,47 @@ round, or recorded before) and every configuration asked for is predicted from e
 measurements (predict.py: its ParallelConfig's step, composed from its parallelisms' cost
 terms), the figures and their intervals the medians over the rounds; or, asked to choose, every
 configuration worth trying on one world size is predicted and the fastest that fits chosen
-(choose.py). A cluster the user has not got is planned from hardware profiles instead, by
-`scaletrain.plan.cluster`.
+(choose.py). A GPU cluster the user has not got (`ClusterRequest`) is planned from a hardware
+profile by `scaletrain.plan.cluster`, nothing measured.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..errors import UsageError, arg
 from ..strategies import REGISTRY
 from . import evidence
 from .choose import choose
+from .constraints import check_candidates, constraints_of, left_out_notes
 from .costs import NoCost
 from .predict import Prediction, predict
 from .request import PlanRequest
 from .result import Plan
-from .summary import expected_error, median_predictions, median_probe
+from .report import worked_out
+from .summary import expected_error, median_predictions, median_probe, step_spreads
 from .verdict import error_line, fit_advice, verdicts
+
+if TYPE_CHECKING:
+    from .cluster import ClusterPlan, ClusterRequest
 
 #: The presets whose predictions decide when a choice's measurement is precise enough: data
 #: parallel, replicated and sharded, on every process and on one.
 _CHOICE_ERROR_STRATEGIES = ("ddp", "fsdp")
 
 
-def make_plan(request: PlanRequest, say: Callable[[str], None] = print) -> Plan:
-    """The plan `request` asks for; `say` gets the progress lines of its measurement."""
-    if request.cluster is not None:
-        # GPU clusters from hardware profiles, not measured here: the subpackage
-        # scaletrain.plan.cluster plans them (`plan_cluster(request) -> Plan`).
-        try:
-            cluster = importlib.import_module(f"{__package__}.cluster")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.cluster":
-                raise
-            raise UsageError("planning a cluster from hardware profiles is not available in this version; plan "
-                             "machines like this one (leave out the cluster's flags)") from None
-        return cluster.plan_cluster(request)
-    from ..devices import choose_device
+def make_plan(request: PlanRequest | "ClusterRequest", say: Callable[[str], None] = print) -> Plan | "ClusterPlan":
+    """The plan `request` asks for; `say` gets the progress lines of its measurement. A
+    `ClusterRequest` (GPUs of a hardware profile, nothing measured) is planned by
+    `scaletrain.plan.cluster`."""
+    if not isinstance(request, PlanRequest):
+        from .cluster import plan_cluster
 
+        return plan_cluster(request)
+    from ..devices import choose_device
+    from ..steady_memory import pass_on
+
+    pass_on(request.measuring.steady_memory)  # every process the plan starts keeps its memory steady too
     device_type = choose_device(request.measuring.device, 0).type
     if request.measuring.one_round is None:  # (a round of a measurement under way was checked when it began)
         _check(request)
@@ -63,11 +64,12 @@ def _check(request: PlanRequest) -> None:
             raise UsageError(f"{arg('strategy', name)}: {REGISTRY[name].help.split(';')[0]}, decided when the model "
                              "is known, so it has no prediction of its own; plan ddp,fsdp instead")
     t = request.training
-    workload = get_workload(t.workload, t.model, t.dataset)
+    workload = get_workload(t.workload, t.model, t.dataset, t.seq_len)
     if t.model:
         workload.build_model()
     if t.dataset:
         workload.build_datasets(t.seed)
+    check_candidates(request, workload)
 
 
 def _predict(probe, name: str, n: int, machine, options: dict) -> Optional[Prediction]:
@@ -118,9 +120,10 @@ def _predictions(request: PlanRequest, device_type: str, say: Callable[[str], No
         verdicts(predictions, machine.device_memory_bytes, probe=probe,
                  noise=None if told else (error, len(probes), m.max_error)) + \
         fit_advice(probe, predictions, machine, shapes) + memory_note(request, device_type) + \
-        [error_line(error, len(probes))]
+        left_out_notes(request) + [error_line(error, len(probes))]
     return Plan(machine, measured, probes, probe, predictions, spreads, by_round, error, m.max_error, told,
-                conclusions, max_other_load=m.max_other_load)
+                conclusions, max_other_load=m.max_other_load, step_spreads=step_spreads(probes),
+                worked_out=worked_out(probe, predictions))
 
 
 def _choice(request: PlanRequest, device_type: str, say: Callable[[str], None]) -> Plan:
@@ -132,7 +135,7 @@ def _choice(request: PlanRequest, device_type: str, say: Callable[[str], None]) 
         return expected_error(median_predictions(plain)[1])
 
     measured = evidence.measured(request, device_type, error_of, say)
-    chosen = choose(measured.probes, world, request.training.batch_size, machine,
+    chosen = choose(measured.probes, world, request.training.batch_size, machine, constraints_of(request.candidates),
                     across_hosts=request.measuring.hosts is not None)
     return Plan(machine, measured, measured.probes, choice=chosen, world_size=world,
                 conclusions=memory_note(request, device_type), max_other_load=request.measuring.max_other_load)

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from ..errors import UsageError
+from ..measure.failed import measurement_failed
 from ..measure.footprint import Footprint
 from .formulas import ring_all_gather_seconds
 
@@ -149,6 +150,14 @@ class Probe:
     network: Optional[Link] = None
     """The all-reduce between machines (one process on each), measured across --hosts; None:
     one machine measured, and the network is the nominal --link-gbps / --link-latency-us."""
+    attention_fraction: float = 0.0
+    """Attention's share of a step's forward and backward time (one process; 0: no attention)."""
+    ring_ratio: dict = field(default_factory=dict)
+    """cp -> one process of a context-parallel ring of cp: its attention's arithmetic ÷ 1/cp of
+    the whole sequence's attention (the ring's blocks and merges; no communication)."""
+    ring_mesh: Optional[MeshStep] = None
+    """The same ratio for a real ring across the processes of the job of several (`step_s`
+    holds the ratio): communication and waiting included."""
 
     @property
     def step_s(self) -> dict:
@@ -158,9 +167,37 @@ class Probe:
         return asdict(self)
 
 
+#: Figures of a probe that a real measurement never gives as 0: a step takes time, a link moves bytes.
+NEVER_ZERO = ("step_s", "local_step_s", "fb_s", "busbw")
+
+
+def probe_problem(doc, where: str = "") -> Optional[str]:
+    """What makes a probe's figures (its `as_dict()`, as cached or recorded) impossible — a
+    negative, infinite or NaN number anywhere, a step time of 0 — or None. Predictions from
+    them would divide by zero or choose on nonsense."""
+    if isinstance(doc, dict):
+        items = doc.items()
+    elif isinstance(doc, (list, tuple)):
+        items = ((f"{i}", v) for i, v in enumerate(doc))
+    else:
+        items = ()
+    for key, value in items:
+        at = f"{where}.{key}" if where else str(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            if not math.isfinite(value) or value < 0 or (value == 0 and key in NEVER_ZERO):
+                return f"{at} is {value!r}"
+        else:
+            found = probe_problem(value, at)
+            if found:
+                return found
+    return None
+
+
 def footprint_from_dict(fp: dict) -> Footprint:
     lists = ("block_param_bytes", "grad_tensor_bytes", "block_tp_param_bytes", "block_tp_reduce_bytes_per_sample")
-    lists = (*lists, "block_activation_bytes_per_sample", "unit_output_bytes_per_sample")
+    lists = (*lists, "block_activation_bytes_per_sample", "unit_output_bytes_per_sample", "attention_kv_bytes_per_sample")
     return Footprint(**{**fp, **{k: tuple(fp[k]) for k in lists if k in fp}})
 
 
@@ -185,7 +222,10 @@ def probe_from_dict(doc: dict) -> Probe:
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=doc.get("memory_peak_bytes", 0.0), allocator=doc.get("allocator", ""),
                  tp_step=MeshStep(**doc["tp_step"]) if doc.get("tp_step") else None,
-                 network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None)
+                 network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None,
+                 attention_fraction=doc.get("attention_fraction", 0.0),
+                 ring_ratio={int(cp): r for cp, r in doc.get("ring_ratio", {}).items()},
+                 ring_mesh=MeshStep(**doc["ring_mesh"]) if doc.get("ring_mesh") else None)
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -202,6 +242,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
     ddp = next((DdpStep(j["world_size"], t, j["ddp_step_s"], j["step_s"]) for t, j in jobs.items()
                 if "ddp_step_s" in j), None)
     tp = next((MeshStep(j["world_size"], t, j["tp_mesh_step_s"]) for t, j in jobs.items() if "tp_mesh_step_s" in j), None)
+    ring = next((MeshStep(j["world_size"], t, j["ring_mesh_ratio"]) for t, j in jobs.items() if "ring_mesh_ratio" in j),
+                None)
     return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
                  footprint=footprint_from_dict(single["footprint"]) if single else None, link=link,
                  block_s=tuple(single.get("block_s", ())), block_micro_s=tuple(single.get("block_micro_s", ())),
@@ -212,7 +254,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=single.get("memory_peak_bytes", 0.0), allocator=single.get("allocator", ""),
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
-                 tp_step=tp)
+                 tp_step=tp, attention_fraction=single.get("attention_fraction", 0.0),
+                 ring_ratio={int(cp): r for cp, r in single.get("ring_ratio", {}).items()}, ring_mesh=ring)
 
 
 def _sizes(rows) -> tuple:
@@ -288,7 +331,7 @@ def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: O
         code = run_job(argv, nproc, hosts)
         where = f"{nproc} processes" + (f", one on each of {hosts.names}" if hosts else "")
         if code != 0 or not out.exists():
-            raise RuntimeError(f"the all_reduce probe on {where} failed (exit {code}); its error is printed above")
+            raise measurement_failed(f"the all_reduce probe on {where}", code, hosts)
         rows = json.loads(out.read_text())["results"]
     return link_from_rows(rows, f"all_reduce probe, {where}")
 

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..allocator import described as described_allocator
+from ..batches import split
 from ..measure.clock import Clock
 from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
@@ -118,7 +119,7 @@ def measure_tp_round(spec: dict) -> dict:
     from ..api import init
     from ..workloads import get_workload
 
-    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"))
+    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"), spec.get("seq_len"))
     with init(strategy="ddp", backend=spec.get("backend"), device=spec.get("device"), threads=spec.get("threads"),
               seed=spec["seed"]) as run:
         if not declared_plan(workload.build_model()):
@@ -140,7 +141,7 @@ def measure_probe_round(spec: dict) -> dict:
     from ..api import init
     from ..workloads import get_workload
 
-    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"))
+    workload = get_workload(spec["workload"], spec.get("model"), spec.get("dataset"), spec.get("seq_len"))
     with init(strategy="ddp", backend=spec.get("backend"), device=spec.get("device"), threads=spec.get("threads"),
               seed=spec["seed"]) as run:
         train_set, _ = workload.build_datasets(spec["seed"])
@@ -199,6 +200,7 @@ def measure_probe_round(spec: dict) -> dict:
         grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
         if run.world_size > 1 and not spec.get("steps_only"):  # (across hosts: the steps; the links on their own)
             result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
+            result.update(_ring_facts(module, split(next(batches))[0], run))
             if declared_plan(module):
                 # Tensor parallel across every process of the job, as it waits in a real run.
                 seconds = tp_step_seconds(workload.build_model, workload.lr, same_batches(batches, run.device), loss_fn,
@@ -224,6 +226,22 @@ def measure_probe_round(spec: dict) -> dict:
         return result
 
 
+def _ring_facts(module, inputs, run) -> dict:
+    """Context parallel's ring across every process of the job, as it runs in a real step
+    (communication and the ranks waiting for each other included), against the whole
+    sequence's attention timed in the same processes: {"ring_mesh_ratio": a ring process's
+    time × cp ÷ the whole's}; {} for a model without attention, or sequences the job's ring
+    cannot split."""
+    from ..measure.attention import attention_seconds
+
+    cp = run.world_size
+    whole, ring = attention_seconds(module, inputs, (cp,), group=dist.group.WORLD)
+    if cp not in ring or not whole:
+        return {}
+    ratio = run.mean(torch.tensor([ring[cp] * cp / whole], dtype=torch.float64)).item()
+    return {"ring_mesh_ratio": ratio}
+
+
 def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
     """Bytes of the model and the time of each of its units (what pipeline stages are cut
     from), in this (one-process) job."""
@@ -247,6 +265,12 @@ def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
 
     found = {"footprint": footprint.as_dict(), "block_s": times(len(targets)), "block_micro_s": times(micro),
              "microbatch_size": micro, "block_sizes_s": [[n, times(n)] for n in between]}
+    if footprint.attention_kv_bytes_per_sample:  # what context parallel's ring would cost its arithmetic
+        from ..measure.attention import attention_seconds
+
+        whole, ring = attention_seconds(module, inputs)
+        found.update(attention_fraction=whole / max(1e-9, sum(found["block_s"])),
+                     ring_ratio={cp: seconds * cp / whole for cp, seconds in ring.items()})
     threads = torch.get_num_threads()
     if threads > 1:
         # The same on one thread, what a pipeline stage of a crowded machine has: a block's
@@ -272,8 +296,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     from pathlib import Path
 
     from ..environment import detect
-    from ..errors import UsageError, as_flags
+    from ..errors import UsageError, arg, as_flags
     from ..files import write_json_atomic
+    from ..measure.failed import out_of_memory
     from ..launchers.failures import say_usage_error
     from ..launchers.interrupts import sigint_as_python
     from .jobs import STEPS_ONLY, TP_STEP
@@ -282,8 +307,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     settings = json.loads((sys.argv[1:] if argv is None else argv)[0])
     spec, kind = settings["spec"], settings["kind"]
     try:
-        result = measure_tp_round(spec) if kind == TP_STEP else \
-            measure_probe_round({**spec, "steps_only": kind == STEPS_ONLY})
+        try:
+            result = measure_tp_round(spec) if kind == TP_STEP else \
+                measure_probe_round({**spec, "steps_only": kind == STEPS_ONLY})
+        except (RuntimeError, MemoryError) as exc:
+            if not out_of_memory(exc):
+                raise
+            raise UsageError(f"measuring {spec['workload']} at {arg('batch_size', spec['batch_size'])} ran out of "
+                             f"memory in one process ({str(exc).splitlines()[0].strip()}): the measurement needs a "
+                             f"step of one process with the whole batch; give a smaller {arg('batch_size')}") from None
     except UsageError as exc:
         say_usage_error(as_flags(exc.raw))
         return 2

@@ -3,6 +3,9 @@ the conclusions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 from rich.table import Table
 
 from ..measure.console import table_console
@@ -11,7 +14,7 @@ from .configuration import configuration
 from .costs.data_parallel import fsdp_network_seconds
 from .costs.tensor_parallel import machinery_seconds as tp_machinery_seconds
 from .predict import Prediction
-from .summary import key, step_spreads
+from .summary import key
 from .probe import Probe
 from .machine import Machine
 from .verdict import gb
@@ -23,7 +26,28 @@ def interval_text(s: Spread | None, unit: str = "×") -> str:
     return f"{s.low:.2f}–{s.high:.2f}{unit}"
 
 
-def measured_lines(probe: Probe, machine: Machine, steps: dict, rounds: int) -> list[str]:
+@dataclass(frozen=True)
+class WorkedOut:
+    """What a plan's text shows that is worked out from the measurements, not measured: what
+    the measured FSDP step across the hosts and tensor-parallel step took beyond the model's
+    prediction of them, and which predictions' meshes say more than their process count."""
+    fsdp_across_hosts_s: Optional[float] = None
+    tp_machinery_s: Optional[float] = None
+    composed: frozenset = frozenset()
+
+
+def worked_out(probe: Probe, predictions: list[Prediction]) -> WorkedOut:
+    """The plan works these out (planner.py), so that showing it computes nothing."""
+    across = None
+    if probe.network_fsdp_step is not None:
+        across = fsdp_network_seconds(probe) * probe.footprint.param_bytes * (1 - 1 / probe.network_fsdp_step.world_size)
+    composed = frozenset(key(p) for p in predictions
+                         if (config := configuration(p.strategy, p.world_size, p.options)) is not None
+                         and config.dims.composed)
+    return WorkedOut(across, tp_machinery_seconds(probe) if probe.tp_step is not None else None, composed)
+
+
+def measured_lines(probe: Probe, machine: Machine, steps: dict, rounds: int, worked: WorkedOut) -> list[str]:
     fp = probe.footprint
     parts = []
     for t, c in sorted(probe.compute.items(), reverse=True):
@@ -44,8 +68,7 @@ def measured_lines(probe: Probe, machine: Machine, steps: dict, rounds: int) -> 
                          f"{ddp.step_s * 1e3:.1f} ms, {ddp.local_step_s * 1e3:.1f} ms without it in the same job: "
                          f"the all-reduce costs {ddp.exposed_comm_s * 1e3:.1f} ms inside a step")
     if probe.network_fsdp_step is not None:
-        step = probe.network_fsdp_step
-        beyond = fsdp_network_seconds(probe) * fp.param_bytes * (1 - 1 / step.world_size)
+        step, beyond = probe.network_fsdp_step, worked.fsdp_across_hosts_s
         lines.append(f"FSDP step across the hosts, {step.world_size} process(es) × {step.threads} thread(s): "
                      f"{step.step_s * 1e3:.1f} ms, of which {beyond * 1e3:.1f} ms (for a process with a core of its "
                      "own) beyond the prediction from its collectives timed alone (added, for the bytes each process "
@@ -65,7 +88,7 @@ def measured_lines(probe: Probe, machine: Machine, steps: dict, rounds: int) -> 
         per_core = (f" for a process with a core of its own ({crowded:g}× that in this job of "
                     f"{probe.tp_step.world_size} processes on {probe.cores} core(s))") if crowded > 1 else ""
         lines.append(f"tensor-parallel step across {probe.tp_step.world_size} process(es) × {probe.tp_step.threads} "
-                     f"thread(s): {probe.tp_step.step_s * 1e3:.1f} ms, of which {tp_machinery_seconds(probe) * 1e3:.1f} "
+                     f"thread(s): {probe.tp_step.step_s * 1e3:.1f} ms, of which {worked.tp_machinery_s * 1e3:.1f} "
                      f"ms beyond the arithmetic's share and the all-reduces{per_core} (added to every tensor-parallel "
                      "configuration)")
     network = probe.network.fitted() if probe.network is not None else None
@@ -78,29 +101,24 @@ def measured_lines(probe: Probe, machine: Machine, steps: dict, rounds: int) -> 
     return lines
 
 
-def prediction_table(predictions: list[Prediction], spreads: dict, title: str = "predicted") -> Table:
+def prediction_table(predictions: list[Prediction], spreads: dict, composed: frozenset,
+                     title: str = "predicted") -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("strategy", "procs", "nodes", "threads", "step ms", "comm ms", "samples/s", "speedup",
                    "95% interval", "efficiency", "memory/device", "fits"):
         table.add_column(column, justify="left" if column == "strategy" else "right")
     for p in predictions:
         spread = spreads.get(key(p))
-        table.add_row(p.strategy + (f" ({p.mesh})" if _composed(p) else ""), str(p.world_size), str(p.nodes), str(p.threads), f"{p.step_s * 1e3:.1f}",
+        table.add_row(p.strategy + (f" ({p.mesh})" if key(p) in composed else ""), str(p.world_size), str(p.nodes), str(p.threads), f"{p.step_s * 1e3:.1f}",
                       f"{p.exposed_comm_s * 1e3:.1f}", f"{p.samples_per_s:,.0f}", f"{p.speedup:.2f}×",
                       interval_text(spread), f"{p.efficiency:.0%}", gb(p.memory_bytes), "yes" if p.fits else "NO")
     return table
 
 
-def _composed(p: Prediction) -> bool:
-    """Whether the mesh says more than the number of processes (see ParallelDims.composed)."""
-    config = configuration(p.strategy, p.world_size, p.options)
-    return config is not None and config.dims.composed
-
-
 def show_plan(plan) -> None:
     """A plan's measurements, its predictions with their intervals, its conclusions."""
-    print_plan(plan.probe, plan.machine, plan.predictions, plan.spreads, step_spreads(plan.probes), len(plan.probes),
-                 plan.conclusions)
+    _print(plan.probe, plan.machine, plan.predictions, plan.spreads, plan.step_spreads, len(plan.probes),
+           plan.conclusions, plan.worked_out)
 
 
 def show_choice(plan, steady_memory: bool) -> None:
@@ -114,12 +132,17 @@ def show_choice(plan, steady_memory: bool) -> None:
 
 
 def print_plan(probe: Probe, machine: Machine, predictions: list[Prediction], spreads: dict, steps: dict,
-                 rounds: int, conclusions: list[str]) -> None:
+               rounds: int, conclusions: list[str]) -> None:
+    _print(probe, machine, predictions, spreads, steps, rounds, conclusions, worked_out(probe, predictions))
+
+
+def _print(probe: Probe, machine: Machine, predictions: list[Prediction], spreads: dict, steps: dict, rounds: int,
+           conclusions: list[str], worked: WorkedOut) -> None:
     console = table_console()
     console.print(f"plan for {probe.workload} on {probe.device_type}")
-    for line in measured_lines(probe, machine, steps, rounds):
+    for line in measured_lines(probe, machine, steps, rounds, worked):
         console.print(f"  measured: {line}", soft_wrap=True)
-    console.print(prediction_table(predictions, spreads))
+    console.print(prediction_table(predictions, spreads, worked.composed))
     notes = [f"  {p.strategy} ×{p.world_size}: {p.note}" for p in predictions if p.note]
     for line in notes:
         console.print(line, soft_wrap=True)

@@ -1,5 +1,6 @@
 """What the planner is asked (`PlanRequest`): the model and data to train, the machines to run
-on (this machine's kind, `machine`; or a cluster the user has not got, `cluster`), the
+on (machines like this one, `machine`; a GPU cluster the user has not got is a
+`scaletrain.plan.cluster.ClusterRequest` instead), the
 configurations to predict (or to choose among), and how to measure what the predictions rest
 on. `scaletrain.plan.make_plan` takes it; the `plan` and `bench` commands and `train
 --strategy auto` build it from their flags."""
@@ -24,13 +25,15 @@ class Training:
     batch_size: int = 32
     """Samples per process per step."""
     seed: int = 0
+    seq_len: Optional[int] = None
+    """Tokens per sequence of a language-model workload (None: its default)."""
 
     @property
     def name(self) -> str:
         """How the measurements name it: the workload, and the factories that replace its parts."""
         from ..workloads import get_workload
 
-        return get_workload(self.workload, self.model, self.dataset).name
+        return get_workload(self.workload, self.model, self.dataset, self.seq_len).name
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class Measuring:
     """Probes measured before (bench.json's, plan --json's): predicted from as they are."""
     cached: bool = False
     """Take (and keep) the measurements cached for this model, batch, world and machine."""
+    subject: str = "plan"
+    """What the measurement is called when it says it was stopped ("--strategy auto's measurement")."""
 
     @property
     def spec(self) -> dict:
@@ -108,9 +113,6 @@ class PlanRequest:
     """Machines like this one (processes, cores, memory, the link between them)."""
     candidates: Candidates
     measuring: Measuring = field(default_factory=Measuring)
-    cluster: Optional[Any] = None
-    """GPU machines the user has not got, from hardware profiles (scaletrain.plan.cluster plans
-    them): None for machines like this one, which are measured."""
     memory_budget_given: bool = False
     """The user gave each process's memory (--device-memory-gb): the conclusions say what a CPU
     budget's figures mean."""
@@ -119,4 +121,4 @@ class PlanRequest:
         """What every probe job measures, as names."""
         t = self.training
         return {"workload": t.workload, "model": t.model, "dataset": t.dataset, "batch_size": t.batch_size,
-                "seed": t.seed, **self.measuring.spec}
+                "seed": t.seed, **({"seq_len": t.seq_len} if t.seq_len is not None else {}), **self.measuring.spec}

@@ -12,6 +12,7 @@ from .evidence import Measured
 from .machine import Machine
 from .predict import Prediction
 from .probe import Probe
+from .report import WorkedOut
 from .summary import key
 from .verdict import implausible
 
@@ -44,6 +45,10 @@ class Plan:
     world_size: Optional[int] = None
     """The world size chosen for."""
     max_other_load: float = 0.0
+    step_spreads: dict = field(default_factory=dict)
+    """threads -> the spread of the measured step time over the rounds."""
+    worked_out: Optional[WorkedOut] = None
+    """What showing the plan needs worked out (report.py)."""
 
     def prediction_for(self, strategy: str, world_size: int, options: dict, round_index: int = 0) -> Optional[Prediction]:
         """A round's prediction of one configuration (None where it cannot run)."""

@@ -64,7 +64,7 @@ def median_probe(probes: list[Probe]) -> Probe:
                     scatter_ratio=statistics.median(p.link.scatter_ratio for p in probes))
     steps = {name: _median_step(probes, name, times) for name, times in
              (("ddp_step", ("step_s", "local_step_s")), ("network_ddp_step", ("step_s", "local_step_s")),
-              ("tp_step", ("step_s",)), ("network_fsdp_step", ("step_s",)))}
+              ("tp_step", ("step_s",)), ("network_fsdp_step", ("step_s",)), ("ring_mesh", ("step_s",)))}
     return replace(first, compute=compute, link=link, **steps)
 
 

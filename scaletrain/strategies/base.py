@@ -28,7 +28,7 @@ from ..context import ProcessContext
 from ..errors import UsageError, arg
 from ..options import build, check_choice, check_count, declared, option, spellings
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
-from ..parallel.dims import BY_NAME, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
+from ..parallel.dims import BY_NAME, CP, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
 from ..parallel.float8 import check_float8
 from ..precision import PRECISIONS
 from ..parallel.checkpointing import MODES as AC_MODES
@@ -79,6 +79,7 @@ class MeshOptions(CommonOptions):
     tp: Optional[int] = degree(TP)
     dp_replicate: Optional[int] = degree(DP_REPLICATE)
     dp_shard: Optional[int] = degree(DP_SHARD)
+    cp: Optional[int] = degree(CP)
     reshard_after_forward: Optional[Any] = option(
         None, "FSDP after each block's forward: true frees the gathered parameters (ZeRO-3, least memory), false "
               "keeps them for backward (ZeRO-2: one all-gather less per block), N keeps them sharded N ways "
@@ -149,7 +150,8 @@ class Strategy:
         takes = {f.name for f in declared(self.Options)}
         for name in MESH_DIMS:
             if values.get(name) is not None and name not in takes:
-                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')}, tp or pipeline")
+                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')} or tp (FSDP over dp_shard × cp)" if name == CP
+                                        else f"{arg('strategy', 'fsdp')}, tp or pipeline")
                 raise UsageError(f"{arg(name, values[name])} does not apply to {arg('strategy', self.name)}; "
                                  f"use {hint}")
 
@@ -192,20 +194,33 @@ class Strategy:
     def check_world_size(self, world_size: int) -> None:
         """Raise UsageError when this strategy cannot run on `world_size` processes."""
         dims = self.dims(world_size)
+        if dims.cp > 1 and self.pipelined:
+            # A schedule feeds each stage micro-batches of whole sequences; splitting them round
+            # a ring in every stage is not built.
+            raise UsageError(f"{arg('cp', dims.cp)} does not compose with {arg('strategy', self.name)}: its stages run "
+                             f"micro-batches of whole sequences; use {arg('strategy', 'fsdp')} with {arg('cp')} (and "
+                             f"{arg('tp')}), or drop {arg('cp')}")
+        if getattr(self.options, "parallelize", None) is not None and dims.tp == 1:
+            raise UsageError(f"{arg('parallelize')} is a tensor-parallel plan, but this run has no tensor parallel "
+                             f"(tp 1): give {arg('tp', 2)} or more, or leave {arg('parallelize')} out")
         reshard = getattr(self.options, "reshard_after_forward", None)
         if isinstance(reshard, int) and not isinstance(reshard, bool) and dims.shards % reshard:
+            over = "dp_shard × cp" if dims.cp > 1 else "dp_shard"  # FSDP shards over both
             raise UsageError(f"{arg('reshard_after_forward', reshard)}: keeps the parameters sharded {reshard} ways "
-                             f"after forward, which must divide dp_shard ({dims.shards}); use a divisor of it, or "
+                             f"after forward, which must divide {over} ({dims.shards}); use a divisor of it, or "
                              f"true or false")
 
     def check_model(self, world_size: int, model: Optional[nn.Module], batch_size: Optional[int]) -> None:
         """Raise UsageError for a model or batch size this strategy cannot split. `model` may
         be built on the meta device: only its structure and shapes are read."""
+        from ..parallel.context_parallel import check_context_parallel
         from ..parallel.tensor_parallel import check_tensor_parallel
 
         dims = self.dims(world_size)
         if model is not None and dims.tp > 1:
             check_tensor_parallel(model, dims.tp, getattr(self.options, "parallelize", None))
+        if model is not None and dims.cp > 1:
+            check_context_parallel(model)
 
     def preflight(self, world_size: int, model: Optional[nn.Module] = None, batch_size: Optional[int] = None) -> None:
         """Every check that can run in the parent, before processes start."""

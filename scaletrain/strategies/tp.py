@@ -31,4 +31,4 @@ class TensorParallelStrategy(Strategy):
         return DP_REPLICATE if given[DP_REPLICATE] is None else None
 
     def data_parallel(self, dims):
-        return FSDP if dims.dp_size > 1 else None
+        return FSDP if dims.dp_size > 1 or dims.shards > 1 else None  # context-parallel peers share weights too

@@ -80,7 +80,7 @@ def check_reachable(specs: Sequence[TrackerSpec], if_unreachable: str = "stop") 
     problems = unreachable(specs)
     if problems and if_unreachable != "skip":
         name, why = next(iter(problems.items()))
-        raise UsageError(f"--tracker {name}: {why}; start it, unset MLFLOW_TRACKING_URI to write OUT/mlruns instead, "
+        raise UsageError(f"--tracker {name}: {why}; or unset MLFLOW_TRACKING_URI to write OUT/mlruns instead, "
                          "or train without it: --if-tracker-unreachable skip")
     for name, why in problems.items():
         print(f"scaletrain: note: {why}; training without the {name} tracker (--if-tracker-unreachable skip)",

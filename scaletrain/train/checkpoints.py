@@ -11,7 +11,7 @@ from ..checkpoint import CHECKPOINTS_DIR, Checkpointer
 from ..errors import UsageError, arg
 
 if TYPE_CHECKING:
-    from ..api import Run
+    from ..run import Run
 
 
 class TrainerCheckpoints:

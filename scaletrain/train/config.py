@@ -102,6 +102,7 @@ def _layouts() -> tuple:
     return LAYOUTS
 
 
+DEFAULT_BATCH_SIZE = 32  # samples per process per step, where the workload says nothing else
 FAULTS = "fault tolerance (see docs/fault-tolerance.md)"
 SPEED, MEMORY = "speed", "memory"
 WATCHING = "watching the run (see docs/tracking.md)"
@@ -124,13 +125,15 @@ class TrainConfig:
         None, "a causal language model built from a transformers config.json or a built-in shape (llama3-8b, "
               "llama3-70b, llama3-405b), trained on synthetic tokens (speed work; as `scaletrain plan --hardware` "
               "plans it)", metavar="NAME|FILE")
-    seq_len: Optional[int] = option(None, "tokens per sequence of --model-config (default 2048)", metavar="S",
+    seq_len: Optional[int] = option(None, "tokens per sequence of a language model: stdlib-gpt (default 64), "
+                                          "--model-config (default 2048)", metavar="S",
                                     parse=positive_int)
     epochs: Optional[int] = option(None, "passes over the training data (default: the workload's; with --max-steps, "
                                          "as many as it takes)", parse=positive_int)
     max_steps: Optional[int] = option(None, "stop after N optimizer steps, with the final evaluation and checkpoint as "
                                             "at an epoch's end", metavar="N", parse=positive_int)
-    batch_size: int = option(32, "samples per process per step (default 32)", parse=positive_int)
+    batch_size: Optional[int] = option(None, "samples per process per step (default 32; stdlib-gpt with --seq-len: as "
+                                             "many as make 2,048 tokens, at least 1)", parse=positive_int)
     eval_batch_size: int = option(256, "samples per process per evaluation step", parse=positive_int)
     lr: Optional[float] = option(None, "learning rate (default: the workload's)", parse=positive_float)
     task: str = option("auto", "what the model learns, which decides loss and held-out metrics: classification "
@@ -215,6 +218,19 @@ class TrainConfig:
     log_every_seconds: float = option(LOG_EVERY_SECONDS, f"... or every T seconds (default {LOG_EVERY_SECONDS:g})",
                                       group=WATCHING, metavar="T", parse=positive_float)
 
+    def __post_init__(self) -> None:
+        if self.batch_size is None:  # the workload's (a language model's with --seq-len holds its tokens per batch)
+            object.__setattr__(self, "batch_size", self._workload_batch_size())
+
+    def _workload_batch_size(self) -> int:
+        if self.model_config:
+            return DEFAULT_BATCH_SIZE
+        from ..workloads import BUILTIN, get_workload
+
+        if self.workload not in BUILTIN:
+            return DEFAULT_BATCH_SIZE  # (the unknown name is refused where the workload is built)
+        return get_workload(self.workload, self.model, self.dataset, self.seq_len).batch_size
+
     # -- from and to a command line, and JSON ----------------------------------------------
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ=None) -> "TrainConfig":
@@ -260,6 +276,15 @@ class TrainConfig:
                       "trackers": tuple(values.get("trackers", ())), "launch": LaunchSettings(**launch)})
 
     # -- what the settings mean ------------------------------------------------------------
+    def with_workload_defaults(self) -> "TrainConfig":
+        """Epochs and learning rate left to the workload made explicit (so the recorded
+        configuration says what ran); with --max-steps alone the ranks take the epochs it needs."""
+        from ..workloads.model_config import workload_for
+
+        workload = workload_for(self)
+        epochs = self.epochs if self.max_steps is not None else self.epochs or workload.epochs
+        return replace(self, epochs=epochs, lr=self.lr if self.lr is not None else workload.lr)
+
     @property
     def task_name(self) -> Optional[str]:
         """The task asked for; None: the workload's, or told from the data."""

@@ -20,7 +20,7 @@ from ..errors import UsageError, arg
 from ..startup import command_age
 from ..timeline import mark
 from ..workloads.model_config import workload_for
-from ..workloads.tasks import derive, get_task
+from ..workloads.tasks import check_targets, derive, first_sample, get_task
 from .checkpoints import TrainerCheckpoints
 from .config import TrainConfig
 from .finite import NonFiniteGuard
@@ -46,7 +46,9 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
         mark("rank: process group")
         train_set, held_out = workload.build_datasets(config.seed)
         mark("rank: data built")
-        task = get_task(config.task_name or workload.task or derive(train_set[0]))
+        sample = first_sample(train_set)
+        task = get_task(config.task_name or workload.task or derive(sample))
+        check_targets(task, sample)  # every rank alike, before anything waits for a peer
         with fits_in_memory(run):
             model = build_model(run, workload, config.meta_init)
             optimizer = adam(model.parameters(), lr=lr)

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Optional
 
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..errors import UsageError
+from ..errors import UsageError, arg
 from .digits import digits_datasets
 from .factories import build_user_datasets, build_user_model
 from .gpt import byte_gpt
 from .models import cifar_cnn, digits_cnn, digits_mlp, wide_mlp
 from .synthetic import synthetic_images
-from .text import stdlib_text_datasets
+from .text import CONTEXT, check_seq_len, stdlib_text_datasets
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,10 @@ class Workload:
     lr: float = 1e-3
     epochs: int = 10
     task: Optional[str] = "classification"  # see workloads.tasks; None: derived from the data
+    seq_len: Optional[int] = None
+    """Tokens per sequence of a language model (--seq-len changes it); None: not one."""
+    batch_size: int = 32
+    """Samples per process per step when --batch-size is not given."""
 
     def training_task(self, sample=None):
         """The workload's task (`workloads.tasks.Task`: loss and held-out metrics), told from a
@@ -33,6 +38,19 @@ class Workload:
         from .tasks import derive, get_task
 
         return get_task(self.task or (derive(sample) if sample is not None else "classification"))
+
+    def check_context_parallel(self, cp: int) -> None:
+        """Refuses, in one line, context parallel over `cp` processes for a workload whose
+        sequences it cannot split (a user's data is checked at its first step)."""
+        from ..parallel.sequence_split import check_length
+
+        if cp == 1:
+            return
+        if self.task in ("classification", "regression"):
+            raise UsageError(f"{arg('cp', cp)} splits sequences, but {self.name} has none ({self.task}); use a language "
+                             f"model ({arg('workload', 'stdlib-gpt')}, --model-config) or drop {arg('cp')}")
+        if self.seq_len is not None:
+            check_length(self.seq_len, cp)
 
 
 BUILTIN: dict[str, Workload] = {w.name: w for w in (
@@ -44,17 +62,40 @@ BUILTIN: dict[str, Workload] = {w.name: w for w in (
              synthetic_images, lr=1e-3, epochs=2),
     Workload("synthetic-mlp", "a wide MLP (10.5 M parameters) on synthetic images: communication-bound (speed work)",
              wide_mlp, synthetic_images, lr=1e-4, epochs=2),
-    Workload("stdlib-gpt", "a byte-level GPT (3 blocks, 0.4 M parameters) on the Python standard library's own "
-             "source (real text, on every machine): held-out loss and perplexity", byte_gpt, stdlib_text_datasets,
-             lr=3e-3, epochs=1, task="lm"),
 )}
 
+#: Tokens in a batch of the language models' default: 32 sequences of CONTEXT tokens; longer
+#: sequences come fewer to a batch (at least one), so a step costs about as much.
+BATCH_TOKENS = 32 * CONTEXT
 
-def get_workload(name: str, model: Optional[str] = None, dataset: Optional[str] = None) -> Workload:
-    """A built-in workload, with its model and/or dataset replaced by the user's factories."""
+
+def stdlib_gpt(seq_len: int = CONTEXT) -> Workload:
+    check_seq_len(seq_len)
+    return Workload("stdlib-gpt", "a byte-level GPT (3 blocks, 0.4 M parameters) on the Python standard library's own "
+                    f"source (real text, on every machine): held-out loss and perplexity; {CONTEXT} tokens per "
+                    "sequence, or --seq-len", partial(byte_gpt, context=seq_len),
+                    partial(stdlib_text_datasets, context=seq_len), lr=3e-3, epochs=1, task="lm", seq_len=seq_len,
+                    batch_size=max(1, BATCH_TOKENS // seq_len))
+
+
+#: The language models, by the tokens per sequence they are built for.
+SEQUENCE_WORKLOADS: dict[str, Callable[[int], Workload]] = {"stdlib-gpt": stdlib_gpt}
+BUILTIN["stdlib-gpt"] = stdlib_gpt()
+
+
+def get_workload(name: str, model: Optional[str] = None, dataset: Optional[str] = None,
+                 seq_len: Optional[int] = None) -> Workload:
+    """A built-in workload (a language model built for `seq_len` tokens per sequence), with its
+    model and/or dataset replaced by the user's factories."""
     if name not in BUILTIN:
         raise UsageError(f"unknown workload {name!r}; choose one of: {', '.join(BUILTIN)} (--workload)")
     base = BUILTIN[name]
+    if seq_len is not None and seq_len != base.seq_len:
+        if name not in SEQUENCE_WORKLOADS:
+            models = ", ".join(SEQUENCE_WORKLOADS)
+            raise UsageError(f"{arg('seq_len', seq_len)} sets the tokens per sequence of a language model ({models}, "
+                             f"or --model-config), but {name} reads none; drop it, or use {arg('workload', models)}")
+        base = SEQUENCE_WORKLOADS[name](seq_len)
     if model is None and dataset is None:
         return base
     build_model = (lambda: build_user_model(model)) if model else base.build_model
@@ -62,4 +103,5 @@ def get_workload(name: str, model: Optional[str] = None, dataset: Optional[str] 
     label = " + ".join(filter(None, [model and f"model {model}", dataset and f"dataset {dataset}"]))
     # The user's data may be another kind of problem: told from its samples unless --task says.
     return Workload(f"{name} ({label})", base.description, build_model, build_datasets, base.lr, base.epochs,
-                    task=None if dataset else base.task)
+                    task=None if dataset else base.task, seq_len=None if dataset else base.seq_len,
+                    batch_size=base.batch_size)

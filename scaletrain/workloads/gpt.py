@@ -2,7 +2,9 @@
 (embedding, transformer blocks, head) so that every strategy can take it: ddp and fsdp as
 any model (fsdp shards block by block), mp and pipeline by cutting the sequence between
 blocks (what passes between stages is one activation tensor), tensor parallel by its
-blocks' `tp_plan` (attention heads and MLP hidden units split across processes)."""
+blocks' `tp_plan` (attention heads and MLP hidden units split across processes), context
+parallel by its attention (torch's scaled_dot_product_attention, sent round the ring) and its
+positions (`token_positions`: those of the part of the sequence a process holds)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..parallel.cp_attention import token_positions
 from .text import CONTEXT
 
 VOCAB = 256  # bytes
@@ -28,7 +31,9 @@ class Embedding(nn.Module):
         nn.init.normal_(self.positions, std=0.02)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.tokens(ids) + self.positions[: ids.shape[1]]
+        # The positions of the tokens this process holds: 0, 1, … or, with the sequence split
+        # by context parallel, those of its part.
+        return self.tokens(ids) + self.positions[token_positions(ids.shape[1], ids.device)]
 
 
 class Block(nn.Module):
@@ -65,8 +70,9 @@ class Head(nn.Module):
         return self.out(self.norm(x))
 
 
-def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4) -> nn.Sequential:
-    return nn.Sequential(Embedding(width), *[Block(width, heads) for _ in range(layers)], Head(width))
+def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4, context: int = CONTEXT) -> nn.Sequential:
+    """The model for sequences of up to `context` tokens (the size of its position table)."""
+    return nn.Sequential(Embedding(width, context), *[Block(width, heads) for _ in range(layers)], Head(width))
 
 
 def lm_loss(output, targets: torch.Tensor) -> torch.Tensor:

@@ -82,4 +82,4 @@ def workload_for(config):
 
     if getattr(config, "model_config", None):
         return model_config_workload(config.model_config, getattr(config, "seq_len", None))
-    return get_workload(config.workload, config.model, config.dataset)
+    return get_workload(config.workload, config.model, config.dataset, getattr(config, "seq_len", None))

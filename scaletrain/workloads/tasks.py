@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from ..errors import UsageError
+from ..errors import AgreedError, UsageError
 from .gpt import lm_loss
 
 
@@ -50,7 +50,15 @@ class Task:
             if not isinstance(output, torch.Tensor):
                 raise UsageError(f"--task {self.name} needs the model to return {self.wants}, but it returned a "
                                  f"{type(output).__name__}; for a model that computes its own loss use --task own")
-            return self.loss(output, *targets)
+            try:
+                return self.loss(output, *targets)
+            except (RuntimeError, ValueError, IndexError) as exc:
+                shapes = [tuple(t.shape) for t in targets if isinstance(t, torch.Tensor)]
+                if not shapes or not any(w in str(exc) for w in ("shape", "size", "dimension", "Expected", "out of")):
+                    raise
+                raise UsageError(f"--task {self.name}: the model's output {tuple(output.shape)} does not fit the "
+                                 f"targets {shapes[0]} ({str(exc).splitlines()[0]}); the model must return "
+                                 f"{self.wants}") from None
         return loss
 
 
@@ -74,6 +82,37 @@ def derive(sample: Any) -> str:
         return "lm" if target.dim() >= 1 else "classification"
     raise UsageError("cannot tell the task from the dataset's samples (not (inputs, targets) pairs nor mappings); "
                      "give --task classification, regression, lm or own")
+
+
+def _describe(target: torch.Tensor) -> str:
+    kind = "floats" if target.is_floating_point() else "integers"
+    if target.dim() == 0:
+        return f"one {'value' if target.is_floating_point() else 'class id'} per sample ({kind})"
+    return f"{target.numel()} {kind} per sample (shape {tuple(target.shape)})"
+
+
+def first_sample(dataset) -> Any:
+    """The dataset's first sample; None for a stream (an IterableDataset is not indexed, and
+    reading it here would start it once more on every rank)."""
+    try:
+        return dataset[0]
+    except (TypeError, NotImplementedError, KeyError):
+        return None
+
+
+def check_targets(task: Task, sample: Any) -> None:
+    """Refuses, before the first step, a task the dataset's targets cannot be: the loss would
+    fail on every rank with a shape or dtype traceback. `sample`: one training sample."""
+    if task.loss is None or not (isinstance(sample, (tuple, list)) and len(sample) >= 2):
+        return  # the model's own loss, or batches the user's loss_fn reads: nothing known here
+    target = torch.as_tensor(sample[1])
+    fits = derive(sample)
+    wanted = {"classification": "one integer class id per sample",
+              "regression": "float targets (the values to predict)",
+              "lm": "a sequence of integer token ids per sample (the next tokens)"}[task.name]
+    if fits != task.name and not (task.name == "regression" and target.is_floating_point()):
+        raise AgreedError(f"--task {task.name} needs {wanted}, but the dataset's targets are {_describe(target)}; "
+                         f"give --task {fits} (or leave --task out: it is told from the samples)")
 
 
 def get_task(name: str) -> Task:

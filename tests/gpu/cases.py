@@ -85,6 +85,19 @@ def cases(target: Target) -> list[Case]:
              cannot_show=f"{across}: 2 replicas x 2 shards"),
         Case("pipeline x4 pp 2 dp-shard 2 (pipeline x FSDP)", "pipeline", 4, {"pp": 2, "dp_shard": 2, "microbatches": 2},
              model="gpt", cannot_show=f"{across}: 2 stages x 2 shards"),
+        # Context parallel: on one GPU two processes share it over Gloo, the sequences split between
+        # them and attention round scaletrain's ring on CUDA tensors (through host memory); with a
+        # GPU per process and NCCL, torch's own context-parallel attention runs instead.
+        Case("fsdp x2 cp 2 gloo, one device shared", "fsdp", 2, {"cp": 2}, model="gpt", needs=1, shared_device=True,
+             note="scaletrain's ring (Gloo through host memory), not torch's NCCL path" if cuda else ""),
+        Case("fsdp x2 cp 2 bf16 gloo, one device shared", "fsdp", 2, {"cp": 2, "precision": "bf16"}, model="gpt",
+             needs=1, shared_device=True),
+        Case("fsdp x2 cp 2", "fsdp", 2, {"cp": 2}, model="gpt",
+             cannot_show=f"{across}: torch's context-parallel attention, its ring over NCCL between GPUs"),
+        Case("fsdp x4 dp-shard 2 cp 2 (FSDP x CP)", "fsdp", 4, {"dp_shard": 2, "cp": 2}, model="gpt",
+             cannot_show=f"{across}: 2 shards x 2 context-parallel"),
+        Case("tp x4 tp 2 cp 2 (CP x TP)", "tp", 4, {"tp": 2, "cp": 2}, model="gpt",
+             cannot_show=f"{across}: 2 context-parallel x 2 tensor-parallel"),
         Case("pipeline x8 pp 2 dp-shard 2 tp 2 (3-D)", "pipeline", 8,
              {"pp": 2, "dp_shard": 2, "tp": 2, "microbatches": 2}, model="gpt",
              cannot_show=f"{across}: 2 stages x 2 shards x 2 tensor-parallel"),

@@ -33,14 +33,18 @@ def launches() -> dict:
     return {}
 
 
-def launch(case: Case, target: Target, folder: Path) -> dict:
-    """Runs every configuration launched with `case` that this machine can run; {name: result}."""
-    group = [c for c in CASES if c.launch() == case.launch() and not target.lacks(c.devices_needed)]
+def launch(case: Case, target: Target, folder: Path, selected: set) -> dict:
+    """Runs every configuration launched with `case` that this machine can run and this session
+    selected (`-k cp`: context parallel's alone); {name: result}."""
+    group = [c for c in CASES if c.launch() == case.launch() and not target.lacks(c.devices_needed)
+             and c.name in selected]
     spec = folder / f"cases-{case.world}{'-shared' if case.shared_device else ''}.json"
     spec.write_text(json.dumps([c.as_dict() for c in group]))
     backend = "gloo" if case.shared_device else target.backend
+    # --standalone: torchrun binds its own port; a free port found beforehand can be taken by
+    # another socket before torchrun binds it, and such a launch fails before any rank starts.
     done = torchrun(WORKER, "--device", target.device, "--backend", backend, str(spec), nproc=case.world,
-                    timeout=LAUNCH_TIMEOUT)
+                    timeout=LAUNCH_TIMEOUT, standalone=True)
     found, started = {}, None
     for line in done.stdout.splitlines():
         kind, _, payload = line.partition(" ")
@@ -57,7 +61,9 @@ def launch(case: Case, target: Target, folder: Path) -> dict:
         for c in group:
             if c.name not in found:
                 found[c.name] = {"error": f"exit {done.returncode} in this configuration: {why}" if c.name == started
-                                 else f"not reached: the launch ended in {started!r}"}
+                                 else f"not reached: the launch ended in {started}" if started is not None
+                                 else f"the launch failed before its first configuration (exit {done.returncode}): "
+                                      f"{why}"}
     return found
 
 
@@ -88,11 +94,13 @@ def describe(case: Case, r: dict) -> str:
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_matches_one_process(case, target, launches, check, tmp_path_factory):
+def test_matches_one_process(case, target, launches, check, tmp_path_factory, request):
     if why := target.lacks(case.devices_needed, case.cannot_show):
         pytest.skip(why)
     if case.launch() not in launches:
-        launches[case.launch()] = launch(case, target, tmp_path_factory.mktemp("cases"))
+        selected = {item.callspec.params["case"].name for item in request.session.items
+                    if item.originalname == "test_matches_one_process"}
+        launches[case.launch()] = launch(case, target, tmp_path_factory.mktemp("cases"), selected)
     r = launches[case.launch()][case.name]
     assert "error" not in r, r["error"]
     check(describe(case, r), **r)

@@ -1,6 +1,8 @@
 """The one-process reference for the compositions (tensor parallel, FSDP × TP, HSDP, pipeline ×
-FSDP, pipeline × FSDP × TP): two small transformer language models — the built-in byte-level
-GPT and a Hugging Face Llama built from a config — fixed global batches of token sequences,
+FSDP, pipeline × FSDP × TP, context parallel and its compositions): two small transformer
+language models — the built-in byte-level GPT and a Hugging Face Llama built from a config —
+fixed global batches of token sequences (with a loss function on the logits; for the Llama
+also as `{"input_ids", "labels"}`, its own loss, some labels ignored),
 SGD with momentum (plain arithmetic: fp32 results agree to round-off, where Adam would blow
 up round-off on gradients that are zero in exact arithmetic, such as a key's bias), 3
 optimizer steps. Shared by the torchrun workers and the tests."""
@@ -47,6 +49,18 @@ def batches(steps: int = STEPS) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+IGNORED = 5  # the labels of each sequence's first positions do not count (-100)
+
+
+def labelled(inputs: torch.Tensor) -> dict:
+    """A transformers-style batch: the model shifts the labels and computes its own loss.
+    Ignoring the first positions puts every ignored label in one part of a context-parallel
+    split: the loss must still be the mean over every counted token of the batch."""
+    labels = inputs.clone()
+    labels[:, :IGNORED] = -100
+    return {"input_ids": inputs, "labels": labels}
+
+
 def loss_fn(output, targets: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy over every position, from logits or a model output holding them."""
     logits = getattr(output, "logits", output)
@@ -57,13 +71,14 @@ def optimizer_for(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
 
 
-def reference(name: str) -> dict:
-    """Parameters and the last loss after STEPS steps in one plain process."""
+def reference(name: str, form: str = "targets") -> dict:
+    """Parameters and the last loss after STEPS steps in one plain process; `form` "labels":
+    the model's own loss on labelled batches."""
     model = MODELS[name]()
     opt = optimizer_for(model)
     for inputs, targets in batches():
         opt.zero_grad()
-        loss = loss_fn(model(inputs), targets)
+        loss = model(**labelled(inputs)).loss if form == "labels" else loss_fn(model(inputs), targets)
         loss.backward()
         opt.step()
     return {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "loss": loss.item()}
@@ -80,9 +95,10 @@ def ordinary_build(name: str) -> dict:
     return {n: p.detach().clone() for n, p in MODELS[name]().named_parameters()}
 
 
-def train_with(run, name: str, meta: bool = False) -> tuple:
+def train_with(run, name: str, meta: bool = False, form: str = "targets") -> tuple:
     """STEPS optimizer steps through `run` on this process's data-parallel share of each global
-    batch; the model built whole, or (meta) on the meta device and materialised by setup.
+    batch; the model built whole, or (meta) on the meta device and materialised by setup;
+    `form` "labels": the model's own loss on labelled batches.
     Returns (model, last loss, whether setup's initial weights equal an ordinary build's)."""
     if meta:
         with run.meta_device():
@@ -96,8 +112,11 @@ def train_with(run, name: str, meta: bool = False) -> tuple:
     shard, shards = run.data_parallel_rank, run.data_parallel_size
     per = GLOBAL_BATCH // shards
     for inputs, targets in batches():
-        loss = run.train_step(model, opt, inputs[shard * per:(shard + 1) * per],
-                              targets[shard * per:(shard + 1) * per], loss_fn=loss_fn)
+        mine = slice(shard * per, (shard + 1) * per)
+        if form == "labels":
+            loss = run.train_step(model, opt, labelled(inputs[mine]))
+        else:
+            loss = run.train_step(model, opt, inputs[mine], targets[mine], loss_fn=loss_fn)
     return model, loss, same_start
 
 

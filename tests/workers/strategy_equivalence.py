@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaletrain  # noqa: E402
-from strategy_reference import compare, reference, train_with  # noqa: E402
+from strategy_reference import compare, full_parameters, reference, train_with  # noqa: E402
 
 CONFIGS = [
     ("ddp", {}),
@@ -64,6 +64,76 @@ def one_adam_step_memory(run) -> list:
     return run.describe()["memory_per_process"]
 
 
+def tied_model() -> torch.nn.Sequential:
+    """A language model's usual tie across top-level blocks: the head's weight is the
+    embedding's (FSDP refused it, "already managed by another FSDP group")."""
+    from torch import nn
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(16, 8)
+
+        def forward(self, x):
+            return self.emb(x)
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.out = nn.Linear(8, 16, bias=False)
+
+        def forward(self, x):
+            return self.out(x)
+
+    torch.manual_seed(3)
+    model = nn.Sequential(Embed(), nn.Sequential(nn.Linear(8, 8), nn.Tanh()), Head())
+    model[2].out.weight = model[0].emb.weight
+    return model
+
+
+def tied_weights_under_fsdp(run) -> dict:
+    """3 SGD steps of the tied model under `run` against one plain process: the worst
+    parameter difference, and whether the tie held."""
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(8)
+    data = [torch.randint(0, 16, (8, 5), generator=gen) for _ in range(3)]
+
+    def next_token_loss(logits, targets):
+        return F.cross_entropy(logits.reshape(-1, 16), targets.reshape(-1))
+
+    plain = tied_model()
+    opt = torch.optim.SGD(plain.parameters(), lr=0.5)
+    for tokens in data:
+        opt.zero_grad()
+        next_token_loss(plain(tokens[:, :-1]), tokens[:, 1:]).backward()
+        opt.step()
+    model = tied_model()
+    model, opt = run.setup(model, torch.optim.SGD(model.parameters(), lr=0.5))
+    per = 8 // run.world_size
+    for tokens in data:
+        mine = tokens[run.rank * per:(run.rank + 1) * per]
+        run.train_step(model, opt, mine[:, :-1], mine[:, 1:], loss_fn=next_token_loss)
+    mine, ref = full_parameters(run.unwrap(model)), dict(plain.named_parameters())
+    unwrapped = run.unwrap(model)
+    return {"param_diff": worst(max((mine[n] - ref[n].detach()).abs().max().item() for n in mine)),
+            "tied": unwrapped[2].out.weight is unwrapped[0].emb.weight, "names": sorted(mine)}
+
+
+def a_parallelize_that_splits_nothing(run) -> str:
+    """parallelize=fn that returns without splitting: refused on every rank alike (it was
+    reported as "layers split 2 ways" while each process computed the whole model)."""
+    from scaletrain.errors import UsageError
+    from strategy_reference import tiny_model
+
+    model = tiny_model()
+    try:
+        run.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    except UsageError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "accepted"
+
+
 def main() -> None:
     dist.init_process_group("gloo")  # shared by every scaletrain.init below (they do not own it)
     ref = reference()
@@ -96,6 +166,16 @@ def main() -> None:
             memory = one_adam_step_memory(run)
         if dist.get_rank() == 0:
             print("MEMORY " + json.dumps({"strategy": name, "per_process": memory}), flush=True)
+    with scaletrain.init(strategy="fsdp") as run:
+        tied = tied_weights_under_fsdp(run)
+    if dist.get_rank() == 0:
+        print("TIED " + json.dumps(tied), flush=True)
+    with scaletrain.init(strategy="tp", tp=2, parallelize=lambda model, mesh: None) as run:
+        refused = a_parallelize_that_splits_nothing(run)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, refused)
+    if dist.get_rank() == 0:
+        print("NOSPLIT " + json.dumps({"every_rank": every}), flush=True)
     dist.destroy_process_group()
 
 

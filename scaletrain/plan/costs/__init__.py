@@ -30,6 +30,16 @@ def cost_module(parallelism: str) -> ModuleType:
         raise NoCost(parallelism) from None
 
 
+def token_share(modules: list[ModuleType], config: ParallelConfig) -> float:
+    """The share of each sequence's tokens a process computes, by the modules that split them
+    (`token_share(config)`: context parallel's 1/cp)."""
+    share = 1.0
+    for m in modules:
+        if hasattr(m, "token_share"):
+            share *= m.token_share(config)
+    return share
+
+
 def enabled_modules(config: ParallelConfig) -> list[ModuleType]:
     """The cost modules of the parallelisms `config` enables, in the order they are applied."""
     return [cost_module(p.name) for p in PARALLELISMS if p.enabled(config)]

@@ -38,7 +38,7 @@ def recompute_seconds(config: ParallelConfig, forward_backward_s: float) -> floa
 def terms(step: Step) -> Terms:
     if step.config.local_devices is not None:
         return Terms()  # a process driving its own devices: predicted from its measured step's parts as they are
-    return Terms(compute_s=recompute_seconds(step.config, step.compute.fb_s * step.tp_share))
+    return Terms(compute_s=recompute_seconds(step.config, step.compute.fb_s * step.work_share))
 
 
 def kept_activation_bytes(probe: Probe, config: ParallelConfig, units: list[int], share: float, samples: float,

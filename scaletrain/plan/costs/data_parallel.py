@@ -107,7 +107,7 @@ def terms(step: Step) -> Terms:
     comm = communication(probe, s, config, step.held, grads, len(step.stage), largest)
     # DDP hides its buckets behind the part of backward after them; FSDP's prefetches hide
     # behind forward and backward alike.
-    hideable = (f.BACKWARD_SHARE if config.data_parallel == DDP else 1.0) * c.fb_s * step.tp_share
+    hideable = (f.BACKWARD_SHARE if config.data_parallel == DDP else 1.0) * c.fb_s * step.work_share
     exposed = f.exposed_seconds(comm, hideable, machine.overlap)
     if config.data_parallel == DDP and machine.overlap < 1 and s.nodes > 1 and s.link is not None:
         # Across machines, of DDP's all-reduce only the cores' own part (what it takes on this
@@ -151,7 +151,8 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
+def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool,
+               sequence: int = 0) -> list[tuple[str, dict]]:
     """One process alone (on one: nothing to synchronise or shard), DDP and FSDP over every
     process, and hybrid sharding (HSDP) at every number of replicas in between."""
     if world_size == 1:

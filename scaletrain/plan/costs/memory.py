@@ -19,7 +19,7 @@ from typing import Optional
 from ...parallel.config import DDP, ParallelConfig
 from ...parallel.dims import ParallelDims
 from ..probe import Probe
-from . import enabled_modules
+from . import enabled_modules, token_share
 from .terms import MemoryParts, Step
 
 #: What the probe's own training job ran: one DDP process with the whole model.
@@ -49,6 +49,9 @@ def in_use(probe: Probe, config: ParallelConfig, units: list[int], stage_fractio
     batch = probe.batch_size
     flight = next((m.in_flight for m in modules if hasattr(m, "in_flight")), None)
     samples, microbatch = flight(config, stage, batch) if flight is not None else (batch, batch)
+    # Of each sample, the tokens this process keeps (context parallel's 1/cp), and what they keep.
+    tokens = token_share(modules, config)
+    samples, microbatch = samples * tokens, microbatch * tokens
     activation_share = next((m.activation_share(tp_share) for m in modules if hasattr(m, "activation_share")), 1.0)
     kept = next((m.kept_activation_bytes for m in modules if hasattr(m, "kept_activation_bytes")), None)
     activations = kept(probe, config, units, activation_share, samples, microbatch) if kept is not None else None

@@ -97,7 +97,8 @@ def transient_bytes(probe: Probe, config: ParallelConfig, held: float, largest_u
     return largest_tensor / shards if config.microbatches > 1 else 0.0
 
 
-def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
+def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool,
+               sequence: int = 0) -> list[tuple[str, dict]]:
     """Every number of stages the model's units allow, each with one, two and four
     micro-batches per stage (those that divide the batch), replicated and, below the whole
     world, sharded over the processes the stages leave."""

@@ -9,6 +9,7 @@ A module answers what it knows, through the functions it defines (each optional)
     stages(probe, config) -> groups | None      the units of each pipeline stage (None: cannot cut)
     held_share(probe, config, units) -> float   the share of those units' parameters a process holds
     state_divisor(config) -> int                how many ways the training state is sharded
+    token_share(config) -> float                the share of each sequence's tokens a process computes
     schedule(step) -> Terms | None              how the step's computation runs, when not as one piece
     terms(step) -> Terms                        what it adds to the step
     memory_bytes(step) -> float | None          the peak, where it is not the composition's
@@ -33,7 +34,7 @@ from ...parallel.config import ParallelConfig
 from ..machine import Machine
 from ..probe import MeshStep, Probe
 from ..scenario import Scenario, compute_at, one_process_threads, scenario
-from . import enabled_modules
+from . import enabled_modules, token_share
 from .memory import peak_bytes, stage_peak
 from .terms import Step, StepCost, Terms, composed
 
@@ -46,7 +47,7 @@ def one_piece(step: Step) -> Terms:
     """The step as the probe measured it, less the shares of forward + backward and of the
     optimizer step that other processes take (the whole step when they take none)."""
     c = step.compute
-    return Terms(compute_s=c.step_s - c.fb_s * (1 - step.tp_share) - c.optimizer_s * (1 - step.state_share))
+    return Terms(compute_s=c.step_s - c.fb_s * (1 - step.work_share) - c.optimizer_s * (1 - step.state_share))
 
 
 def step_cost(probe: Probe, s: Scenario, machine: Machine, config: ParallelConfig,
@@ -84,7 +85,8 @@ def step_cost(probe: Probe, s: Scenario, machine: Machine, config: ParallelConfi
     stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
     tp_share = held_share(stage)
     step = Step(probe, s, machine, config, compute_at(probe, s.threads, s.oversubscription), groups, stage,
-                stage_fraction, held_share, tp_share, stage_fraction * tp_share / divisor, machinery)
+                stage_fraction, held_share, tp_share, stage_fraction * tp_share / divisor, machinery,
+                token_share(modules, config))
     scheduler = _first(modules, "schedule")
     schedule = scheduler(step) if scheduler is not None else one_piece(step)
     if schedule is None:

@@ -44,7 +44,7 @@ def all_reduce_seconds(step: Step) -> float:
     backward, once per micro-batch."""
     probe, s, tp = step.probe, step.s, step.config.dims.tp
     group = s.group(tp)
-    samples, times = probe.batch_size / step.microbatches, step.microbatches
+    samples, times = probe.batch_size * step.token_share / step.microbatches, step.microbatches
     per_sample = [probe.footprint.block_tp_reduce_bytes_per_sample[i] for i in step.stage]
     return times * sum(2 * f.ring_all_reduce_seconds(b * samples, tp, group.busbw(b * samples), group.alpha_s)
                        for b in per_sample if b)
@@ -74,7 +74,8 @@ def machinery_seconds(probe: Probe) -> float:
     return probe.tp_overhead_s if beyond is None else beyond
 
 
-def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool) -> list[tuple[str, dict]]:
+def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: bool,
+               sequence: int = 0) -> list[tuple[str, dict]]:
     """Where the model has a plan: every tensor-parallel degree, replicated (tp) and, below the
     whole world, sharded (FSDP × TP)."""
     if not tensor_parallel:

@@ -113,6 +113,14 @@ class Step:
     machinery: bool
     """False: without the terms measured as a whole step's excess over this model (they are
     worked out from this model's prediction of that step)."""
+    token_share: float = 1.0
+    """The share of each sequence's tokens one process computes (context parallel's 1/cp)."""
+
+    @property
+    def work_share(self) -> float:
+        """The share of the stage's forward and backward one process computes: its share of the
+        layers' arithmetic (tensor parallel's), of the tokens (context parallel's)."""
+        return self.tp_share * self.token_share
 
     @property
     def held(self) -> float:
