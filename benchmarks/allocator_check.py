@@ -19,8 +19,6 @@ and libjemalloc2 (Debian).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import statistics
@@ -31,6 +29,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+from teardown import held  # noqa: E402 (benchmarks/teardown.py: the shared CPU lock, taken the same way)
 
 #: name -> (flags, steps, log every): steps enough for a few seconds of training on 2 cores.
 WORKLOADS = {
@@ -48,19 +48,6 @@ VARIANTS = {
     "tcmalloc": ["--allocator", "tcmalloc"],
     "jemalloc": ["--allocator", "jemalloc"],
 }
-
-
-@contextlib.contextmanager
-def held(lock: Path | None):
-    if lock is None:
-        yield
-        return
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_once(workload: str, configuration: str, variant: str, folder: Path, timeout: float) -> dict:

@@ -12,8 +12,8 @@ same sequences as one process.
    each round with the plan's own measurements, and reports the plan's predicted step of cp 2
    next to the measured one: medians over `--rounds` (3), within 15%.
 
-plan and train run with `--steady-memory` (as benchmarks/memory_check.py does; `--glibc-default`
-leaves it out). Prints a Markdown table (also to --out/cp_check.md, with cp_check.json). Runs on
+plan and train run with their defaults (the default allocator: tcmalloc where installed), as a
+user runs them; `--steady-memory` or `--allocator NAME` are given to both when asked for. Prints a Markdown table (also to --out/cp_check.md, with cp_check.json). Runs on
 a shared machine: the table says how busy it was. `--dry-run` runs everything tiny (seq 64,
 batch 2, 2 steps, 1 round), to check the script itself.
 """
@@ -32,13 +32,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from steady_flag import add_glibc_default_argument, apply_glibc_default, with_steady  # noqa: E402
+from memory_flags import FLAGS, add_memory_flag_arguments, apply_memory_flags, with_memory_flags  # noqa: E402
 
 MEMORY_WITHIN, STEP_WITHIN = 0.10, 0.15
 
 
 def scaletrain(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    argv = with_steady(argv)
+    argv = with_memory_flags(argv)
     done = subprocess.run([sys.executable, "-m", "scaletrain", *argv], capture_output=True, text=True,
                           timeout=timeout, env=os.environ.copy())
     if done.returncode != 0:
@@ -102,7 +102,7 @@ def table(args, memory: dict, measured: dict, step: dict, load: float) -> tuple[
     step_error = step["predicted_step_s"] / step["measured_step_s"] - 1
     ok = abs(drop_error) <= MEMORY_WITHIN and abs(step_error) <= STEP_WITHIN
     lines = [f"stdlib-gpt, {args.seq_len} tokens per sequence, batch {args.batch_size}; cp 1: one process "
-             f"(single), cp 2: two processes (fsdp, `--cp 2`); {'--steady-memory' if with_steady([''])[1:] else 'glibc default'}",
+             f"(single), cp 2: two processes (fsdp, `--cp 2`); {' '.join(FLAGS) or 'the defaults'}",
              "",
              "| | cp 1 | cp 2 | cp 1 − cp 2 | error |",
              "|---|---:|---:|---:|---:|",
@@ -129,9 +129,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3, help="bench rounds")
     p.add_argument("--out", type=Path)
     p.add_argument("--dry-run", action="store_true", help="tiny sizes: checks the script, not the plan")
-    add_glibc_default_argument(p)
+    add_memory_flag_arguments(p)
     args = p.parse_args()
-    apply_glibc_default(args)
+    apply_memory_flags(args)
     if args.dry_run:
         args.seq_len, args.batch_size, args.steps, args.repeats, args.rounds = 64, 2, 2, 1, 1
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,6 +1,7 @@
 """The command line end to end: the main job, `env`, and bad input."""
 
 import json
+import os
 
 import pytest
 
@@ -122,9 +123,17 @@ def test_out_that_cannot_be_written(tmp_path):
     assert (busy / "summary.json").read_text() == "{}"
 
 
-def test_max_steps_stops_after_n_optimizer_steps(tmp_path):
+def test_max_steps_stops_after_n_optimizer_steps(tmp_path, monkeypatch):
     """--max-steps counts optimizer steps (micro-steps ÷ --grad-accum), takes the epochs it needs
-    when --epochs is not given, and ends as an epoch ends: evaluation, summary."""
+    when --epochs is not given, and ends as an epoch ends: evaluation, summary. Called as a
+    function, the command never replaces its caller's process (to start again with its allocator)."""
+    restarts = []
+
+    def execve(*args):
+        restarts.append(args)
+        raise OSError("not here")
+
+    monkeypatch.setattr(os, "execve", execve)
     out = tmp_path / "steps"
     assert main(["train", "--nproc-per-node", "1", "--workload", "digits-mlp", "--max-steps", "50", "--grad-accum", "2",
                  "--batch-size", "16", "--log-every-steps", "20", "--out", str(out)]) == 0
@@ -134,3 +143,4 @@ def test_max_steps_stops_after_n_optimizer_steps(tmp_path):
     epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in epochs if e["kind"] == "epoch"] == [90, 100]
     assert summary["final_accuracy"] is not None
+    assert not restarts, restarts

@@ -73,6 +73,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not rank:
         mark("command: process started", process_started())
         mark("command: scaletrain's command line entered")
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     name = chosen_command(argv)
     try:
@@ -83,7 +84,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                 from .allocator_choice import prepare
                 from .train_warm_up import ranks_to_warm, trains_here
 
-                prepare(name, argv, trains_here=name == "train" and trains_here(argv))
+                # Started again with the allocator only where this process is the command
+                # (argv from its own command line): main(argv) called from other code must not
+                # replace that code's process; its one process is then started as a rank.
+                prepare(name, argv, trains_here=own_process and name == "train" and trains_here(argv))
             if name == "train" and not rank:
                 warm.warm_up(ranks_to_warm(argv))  # its ranks import torch while this process does
             if name in NEED_TORCH:
