@@ -11,6 +11,7 @@ import pytest
 from scaletrain.cli import config_file
 from scaletrain.cli.train_cmd import build_parser
 from scaletrain.errors import UsageError
+from scaletrain.train.config import TrainConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -67,7 +68,9 @@ def test_null_means_the_flags_default(tmp_path):
     (tmp_path / "run.yaml").write_text("epochs: null\nbatch_size: null\ncheckpoint_every: 0\n")
     argv = ["--config", str(tmp_path / "run.yaml")]
     args = config_file.apply(parse(*argv), build_parser, argv)
-    assert (args.epochs, args.batch_size, args.checkpoint_every) == (None, 32, 0)
+    # --batch-size's default is the workload's (None until the workload is known: 32 here).
+    assert (args.epochs, args.batch_size, args.checkpoint_every) == (None, None, 0)
+    assert TrainConfig.from_args(args).batch_size == 32
 
 
 @pytest.mark.parametrize("text, suffix, message", [
@@ -124,7 +127,6 @@ def test_recorded_configuration_holds_the_options_every_strategy_takes(tmp_path)
     from scaletrain.strategies.flags import strategy_options_from_args
     from scaletrain.cli.train_cmd import record
     from scaletrain.strategies import get_strategy
-    from scaletrain.train.config import TrainConfig
 
     path = config_file.write(tmp_path / "config.yaml", record(TrainConfig.from_args(parse("--strategy", "ddp"))))
     argv = ["--config", str(path), "--strategy", "fsdp"]  # the file suits another strategy too

@@ -35,8 +35,11 @@ def _returned_mb(steady: bool) -> float:
     env = {STEADY_MEMORY_VAR: "1"} if steady else {STEADY_MEMORY_VAR: ""}
     import os
 
+    # glibc's allocator is what the flag tunes: no other preloaded (an in-process command may have
+    # put the default one, tcmalloc, into this process's environment for what it starts).
+    inherited = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+                          env={**inherited, **env})
     assert done.returncode == 0, done.stderr[-2000:]
     return float(done.stdout.split()[-1])
 

@@ -86,8 +86,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
                 # Started again with the allocator only where this process is the command
                 # (argv from its own command line): main(argv) called from other code must not
-                # replace that code's process; its one process is then started as a rank.
-                prepare(name, argv, trains_here=own_process and name == "train" and trains_here(argv))
+                # replace that code's process.
+                prepare(name, argv, trains_here=name == "train" and trains_here(argv), own_process=own_process)
             if name == "train" and not rank:
                 warm.warm_up(ranks_to_warm(argv))  # its ranks import torch while this process does
             if name in NEED_TORCH:

@@ -25,6 +25,11 @@ from .. import allocator
 #: Set in the environment of a command started again with its allocator: it is not started again.
 RESTARTED_VAR = "SCALETRAIN_ALLOCATOR_RESTARTED"
 
+#: Whether the command runs as a function (`scaletrain.cli.main(argv)` called by other code):
+#: its one process is its caller's, which cannot be started again, and trains with the
+#: allocator it runs; the processes it starts still get the one asked for.
+as_a_function = False
+
 #: Commands whose processes train: their allocator is chosen.
 COMMANDS = frozenset({"train", "launch", "bench", "plan"})
 
@@ -61,9 +66,12 @@ def asked(argv: list[str]) -> tuple[str, bool]:
     return str(name), steady
 
 
-def prepare(command: str, argv: list[str], trains_here: bool) -> None:
+def prepare(command: str, argv: list[str], trains_here: bool, own_process: bool = True) -> None:
     """Sets this process's environment for the allocator the command line asks for; for a
-    command that will train in this process, starts it again with that allocator."""
+    command that will train in this process, starts it again with that allocator — where the
+    process is the command's own (`own_process`), not a caller's that called it as a function."""
+    global as_a_function
+    as_a_function = not own_process
     restarted = os.environ.pop(RESTARTED_VAR, None)  # (not passed on to the processes it starts)
     if command not in COMMANDS:
         return
@@ -72,7 +80,7 @@ def prepare(command: str, argv: list[str], trains_here: bool) -> None:
     except Exception:  # noqa: BLE001 - a mistake in the flags: the command reports it
         return
     allocator.apply(name)
-    if command == "train" and trains_here and name in allocator.LIBRARIES and allocator.running() != name \
+    if command == "train" and trains_here and own_process and name in allocator.LIBRARIES and allocator.running() != name \
             and not restarted:
         os.environ[RESTARTED_VAR] = "1"
         sys.stdout.flush()

@@ -113,10 +113,12 @@ def recorded_nproc(config: TrainConfig, nproc: int):
 
 
 def runs_here(config: TrainConfig) -> bool:
-    """Whether this process runs the allocator the run's processes are to run."""
+    """Whether this process trains the run's one process: where it runs the allocator asked for,
+    or where the command was called as a function (its caller's process trains, as it is)."""
     from ..allocator import running
+    from .allocator_choice import as_a_function
 
-    return running() in (resolve_allocator(config.allocator, config.steady_memory), "unknown")
+    return as_a_function or running() in (resolve_allocator(config.allocator, config.steady_memory), "unknown")
 
 
 def train_here(config: TrainConfig, recorded: dict) -> int:

@@ -210,11 +210,13 @@ def signal_summary(exit_code: int) -> str:
     return f"killed by {name} (exit status {exit_code})"
 
 
-def report(records: list[dict], exit_status: int, launcher: str = "the launcher", stream: TextIO = sys.stderr) -> None:
+def report(records: list[dict], exit_status: int, launcher: str = "the launcher",
+           stream: Optional[TextIO] = None) -> None:
     """The first failing rank's traceback first, with its host; then one line per later failure.
     When the first failure was a rank's one-line error: that line, and any other rank's
     different one, each once (say_usage_error); "rank N failed: exited with status 2" lines
     would only bury them."""
+    stream = stream or sys.stderr  # this process's stderr now (not the one there was at import)
     if records and records[0].get("explained"):
         said = dict.fromkeys(r["summary"] for r in records if r.get("said"))
         for message in said:

@@ -9,10 +9,10 @@ from typing import Optional
 
 from ...errors import UsageError
 from .config import Prediction, Scenario
-from .search import Fixed
+from .search import LAYOUTS, Fixed
 
 #: The layouts a cluster plan takes as --strategy.
-STRATEGIES = ("fsdp", "hsdp", "ddp", "tp", "pipeline")
+STRATEGIES = tuple(name for name in LAYOUTS if name)
 
 
 @dataclass(frozen=True)

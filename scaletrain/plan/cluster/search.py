@@ -36,6 +36,27 @@ class Fixed:
     also: tuple = ()  # configurations predicted besides the search's (a published run's, say)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What a cluster plan's --strategy fixes of the search."""
+    pipelined: Optional[bool]
+    """Pipeline stages searched (None), at least two (True) or none (False), where --pp is not given."""
+    splits: tuple
+    """The splits of the data-parallel degree tried: sharded (FSDP over all of it), hybrid (HSDP:
+    sharded within a node, replicated across), replicated (DDP)."""
+
+
+#: The layouts a cluster plan takes as --strategy (None: the search's own, every layout).
+LAYOUTS = {
+    None: Layout(None, ("sharded", "hybrid")),
+    "fsdp": Layout(False, ("sharded",)),
+    "hsdp": Layout(False, ("hybrid",)),
+    "ddp": Layout(False, ("replicated",)),
+    "tp": Layout(False, ("sharded",)),
+    "pipeline": Layout(True, ("sharded",)),
+}
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -55,10 +76,9 @@ def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
     tps = [fixed.tp] if fixed.tp else [t for t in (1, 2, 4, 8) if t <= gpn and s.heads % t == 0 and s.ffn % t == 0
                                        and s.vocab % t == 0 and gpus % t == 0]
     pps = [fixed.pp] if fixed.pp else [p for p in (1, 2, 4, 8, 16) if p <= s.layers and gpus % p == 0]
-    if fixed.strategy == "pipeline" and not fixed.pp:
-        pps = [p for p in pps if p > 1]
-    elif fixed.strategy and fixed.strategy != "pipeline" and not fixed.pp:
-        pps = [1]
+    pipelined = LAYOUTS[fixed.strategy].pipelined
+    if pipelined is not None and not fixed.pp:
+        pps = [p for p in pps if p > 1] if pipelined else [1]
     # Context parallel where a sequence is long (its ring is worth it from 16k tokens) or asked for.
     cps = [fixed.cp] if fixed.cp else [c for c in (1, 2, 4, 8) if c == 1 or scenario.seq >= 16384 * c // 2]
     acs = [fixed.checkpointing] if fixed.checkpointing else list(CHECKPOINTING)
@@ -87,14 +107,13 @@ def _data_parallel(dp: int, inner: int, gpn: int, fixed: Fixed) -> list[tuple[in
         shard = fixed.dp_shard or dp // (fixed.dp_replicate or 1)
         replicate = fixed.dp_replicate or dp // shard
         return [(replicate, shard)] if replicate * shard == dp else []
-    options = {(1, dp)}
+    splits = LAYOUTS[fixed.strategy].splits
     within = max(1, gpn // inner)
-    if fixed.strategy in (None, "hsdp") and 1 < within < dp and dp % within == 0:
+    options = {(1, dp)} if "sharded" in splits else set()
+    if "hybrid" in splits and 1 < within < dp and dp % within == 0:
         options.add((dp // within, within))
-    if fixed.strategy in ("ddp",):
-        options = {(dp, 1)}
-    elif fixed.strategy == "hsdp":
-        options.discard((1, dp))
+    if "replicated" in splits:
+        options.add((dp, 1))
     return sorted(options)
 
 
