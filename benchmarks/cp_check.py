@@ -54,7 +54,7 @@ def predicted_memory(args, folder: Path) -> dict:
     """{"cp1": bytes, "cp2": bytes}: the plan's peak per process of each."""
     out = folder / "plan.json"
     done = scaletrain(["plan", *workload_flags(args), "--strategy", "single,fsdp", "--cp", "2", "--world-sizes",
-                       "1,2", "--json"], timeout=1800)
+                       "1,2", "--steps", str(args.steps), "--warmup", "2", "--json"], timeout=1800)
     out.write_text(done.stdout)
     rows = json.loads(done.stdout)["predictions"]
     found = {}

@@ -123,7 +123,7 @@ class Choice:
         if c.world_size == 1 and self.distributed is not None:
             d = self.distributed
             first += (f" One process: distributing is predicted to lose here — the fastest of several processes, "
-                      f"{self.label(d)}, {d.speedup:.2f}× one process.")
+                      f"{self.label(d)}, {d.samples_per_s / c.samples_per_s:.2f}× its samples/s.")
         if c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
             first += (f" Below the {WORTH_AT_SPEEDUP:g}× that pays: one process (--nproc-per-node 1) would do about as "
                       f"well.")
