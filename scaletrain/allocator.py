@@ -4,12 +4,12 @@ torch takes a CPU tensor's memory from the C library's `malloc`. glibc's keeps w
 frees in its heap: a step frees and allocates the same large tensors again and again
 (gradients, activations, FSDP's gathered blocks), and once its mmap threshold has risen (it
 does after the first large block is freed) most of them stay in the heap, which grows with the
-churn — an FSDP process of two on a 134 MB MLP peaked at 1.5× one whole process's memory above
-its baseline, where it holds half the model. tcmalloc (gperftools) keeps freed memory in
-size classes and page spans it hands out again, and returns what stays unused: the same
-process peaks near what it holds, and most steps run faster (docs/memory.md has the table:
-every built-in workload, the 134 MB MLP and the GPT, under single, ddp × 2 and fsdp × 2).
-Intel's CPU launcher for PyTorch preloads tcmalloc or jemalloc by default for the same reason.
+churn (the synthetic MLP's FSDP process of two: 660 MB above its baseline under glibc's, 230
+under tcmalloc). tcmalloc (gperftools) keeps freed memory in size classes and page spans it
+hands out again: on every built-in workload, the byte-level GPT and a 134 MB MLP, under single,
+ddp × 2 and fsdp × 2, it ran at least as fast as glibc's in 17 of 18 (median 1.07×, the
+slowest 0.99×), with peaks above the baseline from 0.35× to 1.75× glibc's (median 0.98×;
+docs/memory.md has the table). Intel's CPU launcher for PyTorch preloads tcmalloc or jemalloc by default for the same reason.
 
 An allocator is chosen when a process starts: the dynamic linker loads the library named in
 `LD_PRELOAD` before the C library's own `malloc` is used. So the commands that start training
@@ -60,8 +60,8 @@ INSTALL = {
 
 #: --allocator's help, for every command that starts training processes.
 ALLOCATOR_HELP = (f"the CPU memory allocator of every process this command starts: auto (default: {BEST} where "
-                  f"installed, else glibc's; glibc's with --steady-memory), tcmalloc, jemalloc or glibc. {BEST} holds "
-                  f"less memory and runs faster than glibc's on the workloads measured (docs/memory.md); "
+                  f"installed, else glibc's; glibc's with --steady-memory), tcmalloc, jemalloc or glibc. {BEST} ran "
+                  f"faster than glibc's on the workloads measured (docs/memory.md); "
                   f"`scaletrain doctor` says how to install it")
 
 #: The allocator asked for, as every process a command starts inherits it.
