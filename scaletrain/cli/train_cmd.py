@@ -20,13 +20,13 @@ from dataclasses import asdict, replace
 from ..devices import cpu_cores
 from ..environment import DistEnv, detect
 from ..errors import UsageError
-from ..allocator import pass_on as pass_on_allocator, resolve as resolve_allocator
-from ..steady_memory import pass_on
+from ..allocator import resolve as resolve_allocator
 from ..strategies import REGISTRY
 from ..timeline import mark
 from ..train.config import TrainConfig
 from . import config_file
 from .config_file import CONFIG_FILE
+from .perf_options import apply_process_memory
 from .outdir import create_out, discard_unstarted, hold_out
 from .resume_checks import describe_resume, out_may_hold_files, resume_on_restart
 from .train_checks import checked, node_rank_of
@@ -74,8 +74,7 @@ def train_command(config: TrainConfig, env: DistEnv) -> int:
 
 def process_memory_passed_on(config: TrainConfig, nproc: int, env: DistEnv) -> TrainConfig:
     """--steady-memory and --allocator for every process the command starts (auto's measurements too)."""
-    pass_on(config.steady_memory)
-    pass_on_allocator(config.allocator, config.steady_memory)
+    apply_process_memory(config)  # the same two the other commands pass on from their flags
     return config
 
 
