@@ -163,6 +163,26 @@ def running(maps: str = "/proc/self/maps") -> str:
     return "glibc"
 
 
+def release_free_memory() -> None:
+    """Hand what the running allocator holds free back to the system, so that resident memory
+    is what the process uses: after an evaluation, whose batches (larger than training's) leave
+    free memory in the allocator's caches that would otherwise count as training's peak."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return
+    name = running()
+    if name == "tcmalloc" and hasattr(libc, "MallocExtension_ReleaseFreeMemory"):
+        libc.MallocExtension_ReleaseFreeMemory()
+    elif name == "jemalloc" and hasattr(libc, "mallctl"):
+        # MALLCTL_ARENAS_ALL (4096): purge every arena's unused dirty pages.
+        libc.mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0))
+    elif name == "glibc" and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(ctypes.c_size_t(0))
+
+
 def described(name: Optional[str] = None) -> str:
     """What summary.json records: the allocator running here, with glibc's tuning when steady."""
     from .steady_memory import wanted

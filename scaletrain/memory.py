@@ -61,10 +61,15 @@ class MemoryMeter:
         return hwm if hwm is not None else _resident_peak_fallback()
 
     def reset_peak(self) -> None:
-        """Forget the high-water mark (what was kept by `snapshot` stays)."""
+        """Forget the high-water mark (what was kept by `snapshot` stays). On a CPU the
+        allocator first hands back what it holds free: after an evaluation, resident memory
+        would otherwise keep evaluation's larger batches as the new high-water mark."""
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
             return
+        from .allocator import release_free_memory
+
+        release_free_memory()
         try:
             _CLEAR_REFS.write_text("5")  # resets VmHWM to the current resident size
         except OSError:

@@ -57,6 +57,18 @@ def test_help_imports_no_torch(argv):
     assert "usage: scaletrain" in result.stdout and result.stdout.strip().endswith("TORCH False"), result.stdout
 
 
+def test_train_command_does_not_import_the_compiler():
+    """What keeps `scaletrain train`'s start-up at raw torchrun's (docs/performance.md): the command
+    that reads the flags, checks them on a meta model and starts the ranks does not import
+    torch._dynamo (over a second on two cores); the ranks import it with DDP, in parallel."""
+    code = ("import sys\nfrom scaletrain.cli import main\nmain(sys.argv[1:])\n"
+            "print('DYNAMO', 'torch._dynamo' in sys.modules)")
+    result = run_session([sys.executable, "-c", code, "train", "--workload", "synthetic-cnn", "--nproc-per-node", "2",
+                          "--strategy", "fsdp", "--cp", "1", "--dry-run"], timeout=60)[0]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("DYNAMO False"), result.stdout
+
+
 def test_durations_one_rule():
     assert [parse_duration(t) for t in ("90", "2.5", "90s", "10m", "1h", "1.5min")] == [90, 2.5, 90, 600, 3600, 90]
     for bad in ("0", "-5", "2d", "soon", ""):

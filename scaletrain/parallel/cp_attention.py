@@ -35,6 +35,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..errors import UsageError
+from .eager_only import eager_only
 from .ring_attention import ring_attention
 from .sequence_split import SequenceSplit
 
@@ -174,7 +175,7 @@ def enable_torch_path() -> None:
     _attention._enable_context_parallel_dispatcher()
 
 
-@torch.compiler.disable
+@eager_only
 def _torch_ring(q, k, v, mesh, causal: bool, scale: Optional[float]) -> torch.Tensor:
     from torch.distributed.tensor import DTensor, Shard
 

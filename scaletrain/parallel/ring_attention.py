@@ -35,6 +35,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from .eager_only import eager_only
+
 aten = torch.ops.aten
 KEYS_AND_VALUES, GRADIENTS = 1, 2  # the exchanges' tags
 
@@ -201,7 +203,7 @@ def _merge(out: torch.Tensor, lse: torch.Tensor, rows: slice, o_b: torch.Tensor,
     lse[:, :, rows] = l_new
 
 
-@torch.compiler.disable
+@eager_only
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Optional[dist.ProcessGroup], *,
                    causal: bool = True, scale: Optional[float] = None, exchange=None) -> torch.Tensor:
     """Attention of the local queries (B, H, T/cp, D) to the whole sequence's keys and

@@ -51,9 +51,6 @@ def verdicts(predictions: list[Prediction], device_memory_bytes: float,
     """The conclusions. `noise`: (expected error, rounds, bound) when the measurements were
     too noisy to tell: then no configuration is named the best."""
     lines = []
-    errors = [reason for p in predictions if (reason := implausible(p, probe))]
-    for reason in errors:
-        lines.append(f"Measurement error, not a prediction: {reason}.")
     single = next((p for p in predictions if p.world_size == 1), None)
     if single is not None and not single.fits:
         lines.append(f"The model does not fit one device: {gb(single.memory_bytes)} needed, "
@@ -67,6 +64,11 @@ def verdicts(predictions: list[Prediction], device_memory_bytes: float,
                 lines.append(f"  {p.strategy} fits from {p.world_size} processes: {gb(p.memory_bytes)} per device.")
         else:
             lines.append("  No strategy and world size planned here fits; try larger --world-sizes or fsdp/pipeline.")
+    # Whether the model fits rests on memory, not on timing: it comes first, and a disturbed
+    # step-time measurement does not hide it.
+    errors = [reason for p in predictions if (reason := implausible(p, probe))]
+    for reason in errors:
+        lines.append(f"Measurement error, not a prediction: {reason}.")
     multi = [p for p in predictions if p.world_size > 1 and p.fits and not implausible(p, probe)]
     if noise is not None:
         error, rounds, bound = noise
