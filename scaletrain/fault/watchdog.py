@@ -74,6 +74,10 @@ class Watchdog:
         self._seq = 0
         self._entered = 0  # watched operations entered: none yet means still starting up
         self._stop = threading.Event()
+        # Set by the first watched operation: the heartbeat then says at once that the rank is
+        # past start-up, not up to an interval later (a rank stopped in between would otherwise
+        # be reported as last seen in start-up, with its first steps done).
+        self._started = threading.Event()
         self._verdict_lock = threading.Lock()
         self._snapshot: Optional[tuple[float, dict]] = None
         # The store lives in the launcher (spawn's command, torchrun's agent) or in rank 0: once
@@ -109,6 +113,8 @@ class Watchdog:
         if outer is None:
             self._op, self._since = name, time.monotonic()
             self._entered += 1
+            if self._entered == 1:
+                self._started.set()
         entry = self.ops.begin(name, nbytes)
         try:
             yield
@@ -144,7 +150,14 @@ class Watchdog:
         self._beat_store.set(self.prefix + str(self.rank), json.dumps(record))
 
     def _beat_loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        starting = True
+        while True:
+            if starting:  # a beat every interval, and one at once when the first operation begins
+                starting = not self._started.wait(self.interval)
+            elif self._stop.wait(self.interval):
+                return
+            if self._stop.is_set():
+                return
             if self._lineage.gone():  # the rank is being stopped; its launcher says so
                 return
             try:
