@@ -137,8 +137,10 @@ class Watchdog:
 
     def stop(self) -> None:
         """Ends both threads before the process group goes: a thread still inside a store
-        call while the interpreter tears torch down can hang the exit."""
+        call while the interpreter tears torch down can hang the exit. The heartbeat waits on
+        `_started` until the first operation: woken too, it sees the stop at once."""
         self._stop.set()
+        self._started.set()
         for thread in getattr(self, "_threads", []):
             thread.join(timeout=STORE_TIMEOUT_S)
         self._beat_store = self._read_store = None

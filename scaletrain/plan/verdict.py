@@ -66,10 +66,11 @@ def verdicts(predictions: list[Prediction], device_memory_bytes: float,
             lines.append("  No strategy and world size planned here fits; try larger --world-sizes or fsdp/pipeline.")
     # Whether the model fits rests on memory, not on timing: it comes first, and a disturbed
     # step-time measurement does not hide it.
-    errors = [reason for p in predictions if (reason := implausible(p, probe))]
+    reasons = [(p, implausible(p, probe)) for p in predictions]
+    errors = [reason for _, reason in reasons if reason]
     for reason in errors:
         lines.append(f"Measurement error, not a prediction: {reason}.")
-    multi = [p for p in predictions if p.world_size > 1 and p.fits and not implausible(p, probe)]
+    multi = [p for p, reason in reasons if p.world_size > 1 and p.fits and not reason]
     if noise is not None:
         error, rounds, bound = noise
         wide = f"±{error:.0%}" if error is not None else "unknown"
