@@ -65,22 +65,16 @@ def test_plan_predicts_every_strategy_and_size_and_what_fits(comm_json):
                    for s in ("ddp", "fsdp"))
     assert probe["fsdp_overhead_s"] > 0
     assert fsdp1["step_s"] == pytest.approx(ddp1["step_s"] + probe["fsdp_overhead_s"], rel=0.05)
-    # A device between what one process needs and what fsdp on 64 needs: one process does not fit,
-    # fsdp does from some number of processes (the process's own constant part is in both).
-    from scaletrain.plan.predict import Prediction
-    from scaletrain.plan.verdict import verdicts
-
-    predictions = [Prediction(**{k: v for k, v in p.items() if k not in ("speedup_interval", "measurement_error")})
-                   for p in doc["predictions"]]
-    single = next(p for p in predictions if (p.strategy, p.world_size) == ("single", 1))
-    fsdp64 = next(p for p in predictions if (p.strategy, p.world_size) == ("fsdp", 64))
-    assert fsdp64.memory_bytes < single.memory_bytes and single.memory_bytes > probe["memory_constant_bytes"] > 0
-    device = (single.memory_bytes + fsdp64.memory_bytes) / 2
-    for p in predictions:
-        p.fits = p.memory_bytes <= device
-    conclusions = verdicts(predictions, device)
-    assert conclusions[0].startswith("The model does not fit one device")
-    assert any("fsdp fits from" in line for line in conclusions)
+    # And FSDP's own peak, in a fresh process of the job of 2: what FSDP's predictions rest on.
+    assert probe["fsdp_peak_world_size"] == 2 and probe["fsdp_peak_above_bytes"] > 0
+    fsdp2 = next(p for p in doc["predictions"] if (p["strategy"], p["world_size"]) == ("fsdp", 2))
+    assert fsdp2["memory_bytes"] >= probe["memory_constant_bytes"] + probe["fsdp_peak_above_bytes"] - 1
+    # Sharding lowers what a process holds: fsdp over 64 below fsdp over 1. (Not below one
+    # plain process on this 0.3 MB model: FSDP's own buffers, measured in its steps, outweigh
+    # the states it shards; the verdict on a model that does not fit one device is tested on a
+    # hand-made probe in test_measure_formulas.)
+    fsdp64 = next(p for p in doc["predictions"] if (p["strategy"], p["world_size"]) == ("fsdp", 64))
+    assert fsdp64["memory_bytes"] < fsdp1["memory_bytes"] and probe["memory_constant_bytes"] > 0
 
 
 def test_sigterm_during_plan_is_143_in_one_line(tmp_path):

@@ -113,6 +113,30 @@ def test_plan_memory_counts_shares_checkpointing_and_fsdp_gathers():
     assert peak_bytes(p, keep) > peak_bytes(p, fsdp)
 
 
+def test_fsdp_configurations_take_their_slack_from_the_probes_fsdp_steps():
+    """Where the probe measured FSDP's own peak (its job of several processes, first), an FSDP
+    configuration predicted at that size is that peak; others keep the DDP job's slack; a
+    probe without it (an older cache) predicts as before."""
+    from tests.test_measure_cost_models import probe as hand_probe
+
+    from scaletrain.plan.configuration import configuration
+    from scaletrain.plan.costs.memory import peak_bytes
+
+    from dataclasses import replace
+
+    plain = replace(hand_probe(), memory_constant_bytes=300e6, memory_peak_bytes=400e6)
+    p = replace(plain, fsdp_peak_above_bytes=150e6, fsdp_peak_world_size=2)
+    fsdp2, fsdp4, ddp = configuration("fsdp", 2), configuration("fsdp", 4), configuration("ddp", 2)
+    assert peak_bytes(p, fsdp2) == pytest.approx(300e6 + 150e6)
+    assert peak_bytes(p, fsdp2) > peak_bytes(plain, fsdp2)
+    # Four shards hold less than two by the states' difference; the slack is the same.
+    states = (8 + 8 + 16) * 1e6
+    assert peak_bytes(p, fsdp2) - peak_bytes(p, fsdp4) == pytest.approx(states / 2 - states / 4)
+    assert peak_bytes(p, ddp) == peak_bytes(plain, ddp)
+    hsdp = configuration("fsdp", 4, {"dp_replicate": 2})
+    assert peak_bytes(p, hsdp) == pytest.approx(peak_bytes(p, fsdp2))
+
+
 def test_library_auto_shards_only_what_does_not_fit():
     from scaletrain.strategies.auto import data_parallel_for
 

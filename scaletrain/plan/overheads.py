@@ -59,7 +59,8 @@ def _tp_prepare(model: nn.Module, mesh) -> None:
 
 def _prepared_step_seconds(prepare: Callable[[nn.Module, object], None], build_model: Callable[[], nn.Module],
                            lr: float, batches: Iterator, loss_fn: Optional[Callable], device: torch.device,
-                           steps: int, warmup: int, mesh_size: int = 1) -> Optional[float]:
+                           steps: int, warmup: int, mesh_size: int = 1,
+                           on_prepared: Optional[Callable[[], None]] = None) -> Optional[float]:
     """Mean seconds of a training step of a fresh model prepared by `prepare(model, mesh)` on a
     mesh of `mesh_size` processes (1: this process alone; otherwise the whole process group,
     every rank calling this alike), with the optimizer as the strategies retarget it; None
@@ -76,8 +77,11 @@ def _prepared_step_seconds(prepare: Callable[[nn.Module, object], None], build_m
         optimizer = adam(model.parameters(), lr=lr)
         prepare(model, init_device_mesh(device.type, (mesh_size,)))
         retarget_optimizer(optimizer, before, model)
+        del before  # the whole model's parameters, which the prepared model no longer holds
     except Exception:  # noqa: BLE001 - a model this cannot prepare: no figure, not a failed probe
         return None
+    if on_prepared is not None:
+        on_prepared()
 
     def step() -> None:
         inputs, rest = move_to(split(*next(batches)), device)
@@ -117,10 +121,12 @@ def same_batches(batches: Iterator, device: torch.device) -> Iterator:
 
 
 def fsdp_step_seconds(build_model: Callable[[], nn.Module], lr: float, batches: Iterator, loss_fn: Optional[Callable],
-                      device: torch.device, steps: int, warmup: int, mesh_size: int = 1) -> Optional[float]:
+                      device: torch.device, steps: int, warmup: int, mesh_size: int = 1,
+                      on_prepared: Optional[Callable[[], None]] = None) -> Optional[float]:
     """A step under fully_shard on a mesh of `mesh_size` processes (None: the model cannot be
-    sharded)."""
-    return _prepared_step_seconds(_fsdp_prepare, build_model, lr, batches, loss_fn, device, steps, warmup, mesh_size)
+    sharded); `on_prepared()` is called once the model is sharded, before its first step."""
+    return _prepared_step_seconds(_fsdp_prepare, build_model, lr, batches, loss_fn, device, steps, warmup, mesh_size,
+                                  on_prepared)
 
 
 def tp_step_seconds(build_model: Callable[[], nn.Module], lr: float, batches: Iterator, loss_fn: Optional[Callable],

@@ -136,6 +136,11 @@ class Probe:
     allocator: str = ""
     """The CPU memory allocator the probe's jobs ran with (scaletrain/allocator.py: what the
     processes of the run predicted run with too); its slack is in `memory_peak_bytes`."""
+    fsdp_peak_above_bytes: float = 0.0
+    """The largest process's peak above what it held before its model, in FSDP steps of the job
+    of several processes (`fsdp_peak_world_size` of them) run first in the job, as a fresh
+    process of an FSDP run makes them (0: not measured)."""
+    fsdp_peak_world_size: int = 0
     fsdp_overhead_s: float = 0.0
     """What FSDP's own machinery (gathers into buffers, copies out, DTensors) adds to a step on
     one process: the one-process job's step under fully_shard less its plain step (plan/
@@ -221,6 +226,8 @@ def probe_from_dict(doc: dict) -> Probe:
                  network_ddp_step=DdpStep(**doc["network_ddp_step"]) if doc.get("network_ddp_step") else None,
                  memory_constant_bytes=doc.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=doc.get("memory_peak_bytes", 0.0), allocator=doc.get("allocator", ""),
+                 fsdp_peak_above_bytes=doc.get("fsdp_peak_above_bytes", 0.0),
+                 fsdp_peak_world_size=doc.get("fsdp_peak_world_size", 0),
                  tp_step=MeshStep(**doc["tp_step"]) if doc.get("tp_step") else None,
                  network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None,
                  attention_fraction=doc.get("attention_fraction", 0.0),
@@ -242,6 +249,7 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
     ddp = next((DdpStep(j["world_size"], t, j["ddp_step_s"], j["step_s"]) for t, j in jobs.items()
                 if "ddp_step_s" in j), None)
     tp = next((MeshStep(j["world_size"], t, j["tp_mesh_step_s"]) for t, j in jobs.items() if "tp_mesh_step_s" in j), None)
+    fsdp = next((j for j in jobs.values() if "fsdp_peak_above_bytes" in j), {})
     ring = next((MeshStep(j["world_size"], t, j["ring_mesh_ratio"]) for t, j in jobs.items() if "ring_mesh_ratio" in j),
                 None)
     return Probe(workload=workload, batch_size=batch_size, device_type=device_type, cores=cores, compute=compute,
@@ -253,6 +261,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  block_params=tuple(single.get("block_params", ())),
                  ddp_step=ddp, memory_constant_bytes=single.get("memory_constant_bytes", 0.0),
                  memory_peak_bytes=single.get("memory_peak_bytes", 0.0), allocator=single.get("allocator", ""),
+                 fsdp_peak_above_bytes=fsdp.get("fsdp_peak_above_bytes", 0.0),
+                 fsdp_peak_world_size=fsdp.get("world_size", 0),
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
                  tp_step=tp, attention_fraction=single.get("attention_fraction", 0.0),
                  ring_ratio={int(cp): r for cp, r in single.get("ring_ratio", {}).items()}, ring_mesh=ring)
