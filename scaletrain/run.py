@@ -371,10 +371,9 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
             self._finish_background_save()
             if self._watchdog is not None:
                 self._watchdog.stop()
-            # Gloo's worker threads free a finished collective's tensors and need the GIL to
-            # do it, while destroying the group (or, later, DDP's reducer) joins them with the
-            # GIL held: a deadlock at exit in torch 2.13 (pytorch/pytorch#75097). Moments
-            # without the GIL, before and after, let the workers finish first.
+            # Gloo's workers need the GIL to free a finished collective's tensors, while destroying
+            # the group (or, later, DDP's reducer) joins them with the GIL held: a deadlock at exit
+            # in torch 2.13 (pytorch/pytorch#75097). Moments without the GIL let them finish first.
             time.sleep(0.05)
             process_group.destroy_process_group(self._owns_group)
             time.sleep(0.05)
@@ -382,8 +381,12 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
     def __enter__(self) -> "Run":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - where an error ended the block, it is the one to report
+            if exc is None:
+                raise
 
     def __repr__(self) -> str:
         return (f"Run(strategy={self.strategy.name!r}, rank={self.rank}, world_size={self.world_size}, "

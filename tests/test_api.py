@@ -52,6 +52,28 @@ def test_init_without_launcher_is_one_process():
         assert r.mean(3.0) == 3.0 and r.threads >= 1
 
 
+def test_an_error_in_the_block_is_not_replaced_by_one_while_closing(monkeypatch):
+    """Out of memory inside `with scaletrain.init()`: closing may fail too (no memory for a
+    thread); the error that ended the block is the one raised. A failing close alone raises."""
+    run = scaletrain.init(environ={})
+    closed = []
+
+    def close():
+        closed.append(True)
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(run, "close", close)
+    with pytest.raises(MemoryError):
+        with run:
+            raise MemoryError("out of memory")
+    with pytest.raises(RuntimeError, match="new thread"):
+        with run:
+            pass
+    assert closed == [True, True]
+    monkeypatch.undo()
+    run.close()
+
+
 def test_no_sync_then_sync_accumulates():
     from torch import nn
 

@@ -130,7 +130,10 @@ class TeardownGuard:
             return
         self._timer.push()
         self.on_armed()
-        threading.Thread(target=self._keep_pushing, name="scaletrain-teardown-timer", daemon=True).start()
+        try:
+            threading.Thread(target=self._keep_pushing, name="scaletrain-teardown-timer", daemon=True).start()
+        except RuntimeError:  # no memory left for a thread's stack: the one push above still bounds the exit
+            pass
 
     def _keep_pushing(self) -> None:
         while True:
