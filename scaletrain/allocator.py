@@ -7,8 +7,8 @@ does after the first large block is freed) most of them stay in the heap, which 
 churn (the synthetic MLP's FSDP process of two: 660 MB above its baseline under glibc's, 230
 under tcmalloc). tcmalloc (gperftools) keeps freed memory in size classes and page spans it
 hands out again: on every built-in workload, the byte-level GPT and a 134 MB MLP, under single,
-ddp × 2 and fsdp × 2, it ran at least as fast as glibc's in 17 of 18 (median 1.07×, the
-slowest 0.99×), with peaks above the baseline from 0.35× to 1.75× glibc's (median 0.98×;
+ddp × 2 and fsdp × 2, it ran at least as fast as glibc's in 18 of 18 (median 1.07×, the
+closest 1.00× over 7 repetitions), with peaks above the baseline from 0.35× to 1.75× glibc's (median 0.98×;
 docs/memory.md has the table). Intel's CPU launcher for PyTorch preloads tcmalloc or jemalloc by default for the same reason.
 
 An allocator is chosen when a process starts: the dynamic linker loads the library named in
