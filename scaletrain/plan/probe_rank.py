@@ -153,9 +153,11 @@ def measure_probe_round(spec: dict) -> dict:
         # What a process holds before the model: the interpreter, torch, the process group and
         # the data (the constant part of every prediction of memory); the peak from here on.
         constant = run.memory.current()
+        loss_fn = workload.training_task(train_set[0]).loss_fn
+        batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
         fsdp_memory = {}
         if run.world_size > 1 and not spec.get("steps_only"):
-            fsdp_memory = _fsdp_memory(workload, train_set, spec, run)
+            fsdp_memory = _fsdp_memory(workload, batches, loss_fn, spec, run)
         run.memory.reset_peak()
         model = workload.build_model()
         optimizer = adam(model.parameters(), lr=workload.lr)  # the trainer's (bench's too)
@@ -170,8 +172,6 @@ def measure_probe_round(spec: dict) -> dict:
                 kind = LOCAL
             else:  # not wrapped by DDP: steps without gradient synchronisation instead
                 kind = NOSYNC
-        loss_fn = workload.training_task(train_set[0]).loss_fn
-        batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
 
         def steps_of(step_kind: str, count: int, clock: Clock) -> None:
             if switch is not None:
@@ -234,7 +234,7 @@ def measure_probe_round(spec: dict) -> dict:
         return result
 
 
-def _fsdp_memory(workload, train_set, spec: dict, run) -> dict:
+def _fsdp_memory(workload, batches, loss_fn, spec: dict, run) -> dict:
     """The largest process's peak above what it held before its model, over a few FSDP steps
     of the model sharded across every process of the job, as a process of a real FSDP run
     makes them: {"fsdp_peak_above_bytes": ...}; {} for a model FSDP cannot shard. Measured
@@ -243,8 +243,6 @@ def _fsdp_memory(workload, train_set, spec: dict, run) -> dict:
     what depends on what it holds already — the same steps after DDP's had filled the heap
     peaked about 200 MB lower on the 134 MB MLP than in a fresh process, which is what training
     starts from (costs/memory.py: the slack of FSDP configurations)."""
-    loss_fn = workload.training_task(train_set[0]).loss_fn
-    batches = forever(run.loader(train_set, batch_size=spec["batch_size"], shuffle=True, drop_last=True))
     before = run.memory.current()
     # From the model sharded on: a real run builds its shards alone (meta-device
     # initialisation), where this builds the whole model first.
