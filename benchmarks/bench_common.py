@@ -26,7 +26,7 @@ def timeline(event: str, at: float | None = None) -> None:
 
     if not os.environ.get("SCALETRAIN_TIMELINE"):
         return
-    from scaletrain.timeline import mark, process_started
+    from scaletrain.process.startup_timeline import mark, process_started
 
     if not getattr(timeline, "started", False):
         timeline.started = True

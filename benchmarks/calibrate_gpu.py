@@ -187,7 +187,7 @@ def layers_in_step(device, result: dict, dry: bool) -> list[dict]:
     from scaletrain.hardware.calibration import Calibration
     from scaletrain.plan.cluster.compute import part_time
     from scaletrain.plan.cluster.reference import ReferenceLM
-    from scaletrain.plan.cluster.shapes import BUILTIN, ModelShape
+    from scaletrain.workloads.model_shapes import BUILTIN, ModelShape
     from scaletrain.plan.cluster.traced import Variant, trace
 
     calibration = Calibration.from_dict({**result, "layer_efficiency": 1.0}, "just measured")

@@ -59,7 +59,7 @@ def one(precision: str, args) -> dict:
 
 
 def worker(precision: str, args) -> None:
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
 
     s = settings(args)
     # run_scaletrain trains WARMUP + 3 windows; here one window holds every step (WARMUP 3 + 3 × steps)

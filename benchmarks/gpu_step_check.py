@@ -89,7 +89,7 @@ def main(argv=None) -> int:
 
     from scaletrain.hardware import for_device_name, load_profile
     from scaletrain.hardware.calibration import Calibration
-    from scaletrain.plan.cluster.shapes import shape_from_config
+    from scaletrain.workloads.model_shapes import shape_from_config
 
     dry = args.dry_run or not torch.cuda.is_available()
     if dry and not args.dry_run:

@@ -24,7 +24,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's scaletrain, run from anywhere
 
 import scaletrain  # noqa: E402
-from scaletrain.defaults import LOG_EVERY_STEPS  # noqa: E402
+from scaletrain.foundation.defaults import LOG_EVERY_STEPS  # noqa: E402
 from scaletrain.train.finite import NonFiniteGuard  # noqa: E402
 
 

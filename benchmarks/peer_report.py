@@ -196,7 +196,7 @@ def _device(device: str) -> str:
 
 
 def _machine() -> str:
-    from scaletrain.devices import cpu_cores
+    from scaletrain.process.devices import cpu_cores
 
     return f"{cpu_cores()} CPU core(s) ({platform.processor() or platform.machine()})"
 

@@ -42,7 +42,7 @@ from peer_configs import build_configs, links_unavailable, prepare_link, run_con
 from peer_report import accuracy_rows, markdown, print_table  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
-from scaletrain.values import non_negative_int, positive_int, whole_number  # noqa: E402
+from scaletrain.foundation.text_values import non_negative_int, positive_int, whole_number  # noqa: E402
 
 REPO = HERE.parent
 #: The runners that take --device cuda.

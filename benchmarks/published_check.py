@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scaletrain.hardware import load_profile  # noqa: E402
 from scaletrain.plan.cluster.config import ClusterConfig, Scenario, check  # noqa: E402
 from scaletrain.plan.cluster.search import Fixed, choose, predict_all  # noqa: E402
-from scaletrain.plan.cluster.shapes import BUILTIN, megatron_gpt  # noqa: E402
+from scaletrain.workloads.model_shapes import BUILTIN, megatron_gpt  # noqa: E402
 from scaletrain.plan.cluster.step import predict  # noqa: E402
 
 GIB = 2 ** 30

@@ -4,7 +4,7 @@ under `torchrun`, as timelines of the command and its ranks.
     flock /tmp/scaletrain-cpu.lock python benchmarks/startup_timeline.py [--reps 5] [--out timeline.md]
 
 Each repetition runs both (alternately, the order rotated) with SCALETRAIN_TIMELINE set: every
-process appends its milestones (scaletrain/timeline.py; run_raw_ddp.py notes the same ones
+process appends its milestones (scaletrain/process/startup_timeline.py; run_raw_ddp.py notes the same ones
 through bench_common.timeline). Times are from the start of the command's process (torchrun's
 agent, or `scaletrain train`); a rank's milestone is the later of the two ranks' (the step
 waits for both). The table gives each milestone's median over the repetitions, and the

@@ -37,7 +37,7 @@ LOCK = "/tmp/scaletrain-cpu.lock"
 sys.path.insert(0, str(REPO))
 
 from scaletrain.bench.verdict import CANNOT_TELL, NOT_WORTH_IT, WORTH_IT, side  # noqa: E402
-from scaletrain.defaults import BENCH_MAX_OTHER_CORES, WORTH_AT_SPEEDUP  # noqa: E402
+from scaletrain.foundation.defaults import BENCH_MAX_OTHER_CORES, WORTH_AT_SPEEDUP  # noqa: E402
 from scaletrain.measure.machine_load import LoadMeter  # noqa: E402
 from scaletrain.measure.spread import paired_ratios, ratio_spread  # noqa: E402
 

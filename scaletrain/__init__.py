@@ -19,10 +19,10 @@ import importlib
 from .version import __version__
 
 _LAZY = {
-    "init": ".api", "Run": ".run",
+    "init": ".api", "Run": ".run.run",
     "Checkpointer": ".checkpoint", "CheckpointError": ".checkpoint",
-    "detect": ".environment", "DistEnv": ".environment",
-    "UsageError": ".errors",
+    "detect": ".process.environment", "DistEnv": ".process.environment",
+    "UsageError": ".foundation.errors",
     "launch": ".launchers.function", "LaunchError": ".launchers.function",
     # Context parallel's hooks for a model's own attention, positions and loss (docs/context-parallel.md).
     "context_parallel_attention": ".parallel.cp_attention", "token_positions": ".parallel.cp_attention",

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from scaletrain import allocator
+from scaletrain.memory import allocator
 from scaletrain.cli import main
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from tests.helpers import scaletrain
 
 

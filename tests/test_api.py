@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import scaletrain
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 
 from .helpers import REPO, run, test_env, torchrun
 from .workers.reference import one_process_reference
@@ -137,7 +137,7 @@ def test_float8_is_refused_in_one_line_where_it_cannot_run():
     with float8 would be, naming the pip line)."""
     import builtins
 
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
     from scaletrain.parallel.float8 import float8_problem
 
     with pytest.raises(UsageError, match=r"precision='float8'.*but this run is on the cpu: use precision='bf16'"):

@@ -59,7 +59,7 @@ def cached_figures_are_checked(folder, monkeypatch_home):
     once) is measured again, with a note, instead of believed; an intact one is used."""
     import os
 
-    from scaletrain.plan.evidence import cached_probes
+    from scaletrain.plan.measurements import cached_probes
 
     (path,) = folder.glob("*.json")
     intact = path.read_text()
@@ -86,8 +86,8 @@ def cached_figures_are_checked(folder, monkeypatch_home):
 def test_the_cache_of_measurements_tells_steady_memory_apart(monkeypatch):
     """--steady-memory changes a process's speed and peak: its measurements are cached apart."""
     from scaletrain.plan import Candidates, Measuring, PlanRequest, Training, default_machine
-    from scaletrain.plan.evidence import cache_key
-    from scaletrain.steady_memory import STEADY_MEMORY_VAR
+    from scaletrain.plan.measurements import cache_key
+    from scaletrain.memory.steady import STEADY_MEMORY_VAR
 
     request = PlanRequest(Training("digits-mlp"), default_machine("cpu", 2), Candidates(choose=2),
                           Measuring(cached=True))
@@ -103,7 +103,7 @@ def test_degrees_given_beside_auto_are_kept_or_refused_before_measuring():
     or a degree that does not divide the world, is refused before anything is measured."""
     import torch
 
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
     from scaletrain.plan.constraints import Constraints, check_possible
     from scaletrain.workloads import get_workload
 

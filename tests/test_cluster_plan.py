@@ -58,7 +58,7 @@ def test_flops_equal_torchs_counter(config):
     """The trace's count and the planner's (its reference model, traced on the meta device at
     another micro-batch and scaled) equal FlopCounterMode's on the real model's step."""
     from scaletrain.flops import TraceMode
-    from scaletrain.plan.cluster.shapes import shape_from_config
+    from scaletrain.workloads.model_shapes import shape_from_config
     from scaletrain.plan.cluster.traced import TRACE_MB, Variant, trace
 
     model = hf_model(config)
@@ -113,9 +113,9 @@ def test_mfu_between_0_and_1_on_this_cpu(tmp_path, workload):
 MEMORY_RUN = """
 import gc, json, torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from scaletrain.memory import MemoryMeter
+from scaletrain.memory.meter import MemoryMeter
 from scaletrain.plan.cluster.memory import traced_step_bytes
-from scaletrain.steady_memory import make_steady
+from scaletrain.memory.steady import make_steady
 
 make_steady()  # freed tensors of 2 MB and more go back to the system: resident memory is what is held
 config = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8,
@@ -229,7 +229,7 @@ def test_json_rows_png_and_train_flags(tmp_path, capsys):
 
 
 def test_hardware_profiles_by_exact_name(tmp_path):
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
     from scaletrain.hardware import for_device_name, load_profile
 
     assert for_device_name("NVIDIA H200")[0].name == "h200"

@@ -10,7 +10,7 @@ import pytest
 
 from scaletrain.cli import config_file
 from scaletrain.cli.train_cmd import build_parser
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from scaletrain.train.config import TrainConfig
 
 

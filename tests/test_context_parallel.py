@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from scaletrain.checkpoint import load_state
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from scaletrain.parallel.sequence_split import SequenceSplit, check_length, shifted_labels
 from tests.helpers import REPO, run, torchrun
 

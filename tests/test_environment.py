@@ -2,8 +2,8 @@
 
 import pytest
 
-from scaletrain.environment import detect, expand_hostlist, parse_tasks_per_node
-from scaletrain.errors import DetectionError
+from scaletrain.process.environment import detect, expand_hostlist, parse_tasks_per_node
+from scaletrain.foundation.errors import DetectionError
 
 
 def test_nothing_set_is_one_process():

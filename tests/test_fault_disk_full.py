@@ -70,7 +70,7 @@ def test_a_full_disk_for_metrics_summary_and_trackers_is_one_line(full_disk: Pat
     each on a disk with 8 KB left."""
     import shutil
 
-    from scaletrain.files import DiskFull
+    from scaletrain.foundation.safe_files import DiskFull
     from scaletrain.track import open_trackers
     from scaletrain.train.report import Reporter
 
@@ -153,7 +153,7 @@ def test_a_disk_with_no_room_before_the_run_is_one_line_and_leaves_nothing(no_ro
 def test_an_out_that_cannot_be_written_says_why(no_room):
     """A read-only --out named the cause, not only "permission denied"."""
     from scaletrain.cli.outdir import check_out
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
 
     _, readonly = no_room
     for out in (readonly, readonly / "new"):

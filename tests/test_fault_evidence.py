@@ -6,7 +6,7 @@ import gc
 import threading
 import weakref
 
-from scaletrain.fault import evidence
+from scaletrain.fault import hang_evidence as evidence
 
 
 class _Activation:

@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from scaletrain.cli.measure_options import hosts_for
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from scaletrain.measure.jobs import Hosts, hosts_from_args
 from scaletrain.plan.machine import default_machine
 from scaletrain.plan.probe import Link

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from scaletrain import netif
+from scaletrain.process import netif
 from scaletrain.cli.launch_options import strip_launch_args
-from scaletrain.errors import UsageError
-from scaletrain.launchers.plan import Target
+from scaletrain.foundation.errors import UsageError
+from scaletrain.launchers.launch_plan import Target
 from scaletrain.launchers.registry import LAUNCHERS, pick_launcher
 from scaletrain.launchers.request import LaunchRequest, parse_hostfile, parse_hosts
 

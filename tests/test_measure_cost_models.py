@@ -186,7 +186,7 @@ def test_a_later_stages_optimizer_step_overlaps_the_backwards_before_it():
 def test_every_parallelism_has_cost_terms_and_one_without_is_refused_in_one_line(monkeypatch):
     """A configuration's step is composed from the cost modules of the parallelisms it enables;
     one that enables a parallelism with no cost module is refused, never dropped."""
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
     from scaletrain.parallel import PARALLELISMS
     from scaletrain.plan import Candidates, Measuring, PlanRequest, Training, make_plan
     from scaletrain.plan.costs import NoCost, cost_module

@@ -8,7 +8,7 @@ import pytest
 from scaletrain.bench.configs import BASELINE_LABEL, bench_configs
 from scaletrain.bench.lr import lr_factor, warmup_multiplier
 from scaletrain.comm.bandwidth import algbw, bus_factor, busbw, human_bytes, parse_size, parse_sizes
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from scaletrain.measure.footprint import Footprint
 from scaletrain.plan import formulas as f
 from scaletrain.plan.predict import predict, predict_all

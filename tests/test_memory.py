@@ -10,7 +10,7 @@ from torch import nn
 
 import scaletrain
 from scaletrain.cli import main
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from tests.workers.composition_reference import batches, gpt, loss_fn, optimizer_for
 
 MODES = [{}, {"activation_checkpointing": "full"}, {"activation_checkpointing": "selective"},

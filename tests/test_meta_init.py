@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import scaletrain
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from scaletrain.parallel.init_trace import recording
 from scaletrain.parallel.meta_check import replay_difference
 from scaletrain.parallel.meta_init import materialise

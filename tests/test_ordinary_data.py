@@ -12,9 +12,9 @@ from torch import nn
 from torch.utils.data import Dataset, IterableDataset, SequentialSampler, TensorDataset
 
 import scaletrain
-from scaletrain.data import ShardedLoader
-from scaletrain.errors import UsageError
-from scaletrain.streams import deal
+from scaletrain.data.loaders import ShardedLoader
+from scaletrain.foundation.errors import UsageError
+from scaletrain.data.stream_sharding import deal
 from scaletrain.workloads.tasks import derive
 
 

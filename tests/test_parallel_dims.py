@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scaletrain.bench.spec import option_flags
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from scaletrain.parallel.dims import ParallelDims, resolve_dims
 from scaletrain.plan.choose import candidates
 from scaletrain.plan.configuration import configuration

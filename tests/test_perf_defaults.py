@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from scaletrain.cli import build_parser
-from scaletrain.devices import core_set, pin_cores
-from scaletrain.errors import UsageError
-from scaletrain.startup import process_age
+from scaletrain.process.devices import core_set, pin_cores
+from scaletrain.foundation.errors import UsageError
+from scaletrain.process.startup_time import process_age
 from scaletrain.train.config import TrainConfig
 from scaletrain.strategies.ddp import DDPStrategy
 from scaletrain.train.optimizer import adam

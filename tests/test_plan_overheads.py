@@ -77,7 +77,7 @@ def test_a_choice_keeps_the_memory_predictions_room_below_the_budget(monkeypatch
     from dataclasses import replace
 
     from scaletrain.plan.choose import MEMORY_ROOM, MEMORY_ROOM_STEADY, choose, fit_odds, memory_room
-    from scaletrain.steady_memory import STEADY_MEMORY_VAR
+    from scaletrain.memory.steady import STEADY_MEMORY_VAR
 
     monkeypatch.delenv(STEADY_MEMORY_VAR, raising=False)
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from scaletrain.steady_memory import STEADY_MEMORY_VAR, wanted
+from scaletrain.memory.steady import STEADY_MEMORY_VAR, wanted
 from scaletrain.train.finite import _finite
 
 #: Allocates, touches and frees a 16 MB tensor twice, printing how much resident memory the

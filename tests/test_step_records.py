@@ -98,7 +98,7 @@ def test_an_epoch_resumed_at_its_end_is_not_reported_at_0_samples_per_second(tmp
 
 def test_a_note_naming_a_setting_shows_its_flag(tmp_path, capsys):
     """Notes of the trainer name settings as the flags the user types, never as raw marks."""
-    from scaletrain.errors import arg
+    from scaletrain.foundation.errors import arg
 
     Reporter(True, tmp_path).say(f"scaletrain: note: the last 1 micro-step(s) did not complete an optimizer step "
                                  f"({arg('grad_accum', 2)})")

@@ -7,7 +7,7 @@ import pytest
 from torch import nn
 
 from scaletrain.cli import main
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 from scaletrain.strategies import get_strategy
 from scaletrain.parallel.splitting import balanced_cuts, cut_blocks
 from scaletrain.workloads.models import cifar_cnn, digits_cnn
@@ -114,7 +114,7 @@ def test_describe_works_before_setup(name):
 
 def test_a_tensor_parallel_plan_without_tensor_parallel_is_refused():
     """--parallelize with no --tp was silently ignored."""
-    from scaletrain.errors import as_flags
+    from scaletrain.foundation.errors import as_flags
     from scaletrain.strategies import get_strategy
 
     with pytest.raises(UsageError) as refused:
@@ -127,7 +127,7 @@ def test_a_tensor_parallel_plan_without_tensor_parallel_is_refused():
 def test_a_refusal_tells_each_door_its_own_fix():
     """The library gets `init_fn=` for run.setup; the command line gets its flag (it was told
     to "pass init_fn=fn(module) to run.setup")."""
-    from scaletrain.errors import arg, as_flags, by_door
+    from scaletrain.foundation.errors import arg, as_flags, by_door
 
     error = UsageError("no reset_parameters(); " + by_door("pass init_fn=fn(module) to run.setup",
                                                            f"build it whole: {arg('meta_init', 'never')}"))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import scaletrain
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 
 
 class Recorder:

@@ -382,7 +382,7 @@ def test_a_tracking_server_that_stops_answering_as_the_run_opens_is_one_line_in_
     """It answered the check, then not the run's first requests: bounded, one line."""
     import time
 
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
     from scaletrain.track.mlflow_tracker import MlflowTracker
 
     server = _Server("mlflow-then-frozen")

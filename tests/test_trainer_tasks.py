@@ -97,7 +97,7 @@ def test_a_task_the_targets_cannot_be_is_refused_before_the_first_step(task, tar
     --task lm on a classifier trained and reported a perplexity."""
     import torch
 
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
     from scaletrain.workloads.tasks import check_targets, get_task
 
     with pytest.raises(UsageError) as refused:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 RULES = ("none", "linear", "sqrt")
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 from rich.table import Table
 
-from ..files import write_json_atomic
+from ..foundation.safe_files import write_json_atomic
 from ..measure.console import table_console
 from ..measure.spread import Spread
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from ..defaults import BENCH_MEASURE_S
+from ..foundation.defaults import BENCH_MEASURE_S
 from ..strategies.flags import option_flags
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import collectives
+from ..process import object_collectives
 from . import checksums, layout, sharded
 from .safe_io import CheckpointError, save_state
 
@@ -41,9 +41,9 @@ def settle(ckpt, reason: str) -> None:
         ckpt.say(f"scaletrain: note: {reason} waited {waited:.1f} s for the checkpoint of step {step} to finish "
                  "writing (at most one is written at a time)")
     mine = str(outcome) if isinstance(outcome, BaseException) else None
-    reports = collectives.gather_to_rank0(mine)
+    reports = object_collectives.gather_to_rank0(mine)
     first = next((r for r in reports if r), None) if reports else None
-    problem = collectives.broadcast_from_rank0(first)
+    problem = object_collectives.broadcast_from_rank0(first)
     if problem:
         raise CheckpointError(problem if problem.startswith("cannot write") else
                               f"the checkpoint of step {step} could not be written: {problem}")
@@ -56,7 +56,7 @@ def save_sharded(ckpt, step: int, owner, optimizer, small: dict) -> Path:
     saves = ckpt.host.background_saves
     rank = ckpt.host.ctx.rank
     staging = ckpt._attempt(lambda: layout.new_staging_folder(ckpt.directory, step)) if rank == 0 else None
-    staging = ckpt._outcome(collectives.broadcast_from_rank0(staging))
+    staging = ckpt._outcome(object_collectives.broadcast_from_rank0(staging))
     tensors, others = sharded.split_state(owner.state_dict(False, optimizer))
     staged = saves.staging.stage(tensors)
     group = saves.group()

@@ -25,15 +25,15 @@ from typing import Any, Callable, ContextManager, Optional, Protocol
 import torch
 from torch import nn
 
-from .. import collectives
-from ..context import ProcessContext
-from ..defaults import KEEP_CHECKPOINTS, SHARDED_CHECKPOINT_MIN_BYTES
-from ..files import write_json_atomic
+from ..process import object_collectives
+from ..process.process_context import ProcessContext
+from ..foundation.defaults import KEEP_CHECKPOINTS, SHARDED_CHECKPOINT_MIN_BYTES
+from ..foundation.safe_files import write_json_atomic
 from ..version import __version__
 from . import async_save, checksums, compat, layout, sharded
 from .rng import capture_rng, restore_rng
 from .safe_io import FORMAT, CheckpointError, load_state, save_state
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 DEFAULT_KEEP = KEEP_CHECKPOINTS
 LAYOUTS = ("auto", "full", "sharded")
@@ -147,7 +147,7 @@ class Checkpointer:
         progress = {"step": int(step), "world_size": self.host.ctx.world_size, "facts": facts}
         if loader is not None:
             progress["loader"] = loader.position()
-        return {"format": FORMAT, "progress": progress, "rng": collectives.gather_to_rank0(capture_rng()),
+        return {"format": FORMAT, "progress": progress, "rng": object_collectives.gather_to_rank0(capture_rng()),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None, "extra": extra or {},
                 "loss_scale": self.host.scaler.state_dict()}  # fp16's scaler: None otherwise
 
@@ -159,12 +159,12 @@ class Checkpointer:
                      "optimizer": state["optimizer"] if optimizer is not None else None}
             result = self._write(step, lambda staging: save_state(whole, staging / layout.STATE_FILE),
                                  _tensor_bytes(state), "full", small["progress"]["facts"], [layout.STATE_FILE])
-        return self._outcome(collectives.broadcast_from_rank0(result))
+        return self._outcome(object_collectives.broadcast_from_rank0(result))
 
     def _save_sharded(self, step, owner, optimizer, small) -> Path:
         rank = self.host.ctx.rank
         staging = self._attempt(lambda: layout.new_staging_folder(self.directory, step)) if rank == 0 else None
-        staging = self._outcome(collectives.broadcast_from_rank0(staging))
+        staging = self._outcome(object_collectives.broadcast_from_rank0(staging))
         tensors, others = sharded.split_state(owner.state_dict(False, optimizer))
         shards = staging / layout.SHARDS_DIR
         failure = None
@@ -174,7 +174,7 @@ class Checkpointer:
             failure = str(exc)
         files = [] if failure else [f"{layout.SHARDS_DIR}/{name}" for name in sharded.shard_files(shards, rank)]
         mine = {"sums": checksums.checksums(staging, files), "others": others, "bytes": _tensor_bytes(tensors)}
-        reports = collectives.gather_to_rank0(mine)
+        reports = object_collectives.gather_to_rank0(mine)
         result: Any = None
         if rank == 0:
             if failure:
@@ -182,7 +182,7 @@ class Checkpointer:
                 result = self._write_failure(OSError(failure), sum(r["bytes"] for r in reports))
             else:
                 result = self._publish_sharded(step, staging, small, reports, optimizer is not None)
-        return self._outcome(collectives.broadcast_from_rank0(result))
+        return self._outcome(object_collectives.broadcast_from_rank0(result))
 
     def _publish_sharded(self, step, staging, small, reports, with_optimizer) -> Any:
         sums = {rel: value for report in reports for rel, value in report["sums"].items()}
@@ -270,7 +270,7 @@ class Checkpointer:
         with self.host.watch("checkpoint load"):
             async_save.settle(self, "loading a checkpoint")
             header, state = self._choose(source, loader) if self.host.ctx.rank == 0 else (None, None)
-            header = collectives.broadcast_from_rank0(header)
+            header = object_collectives.broadcast_from_rank0(header)
             if isinstance(header, Exception):
                 raise CheckpointError(str(header)) from None
             if header is None:
@@ -379,9 +379,9 @@ def _mismatch(expected: dict, stored: dict, where: str, prefixed: bool = False) 
 def _consensus(problem: Optional[str]) -> Optional[str]:
     """The first rank's problem, on every rank: a rank that stopped alone would leave the
     others waiting in the next collective."""
-    reports = collectives.gather_to_rank0(problem)
+    reports = object_collectives.gather_to_rank0(problem)
     first = next((p for p in reports if p), None) if reports else None
-    return collectives.broadcast_from_rank0(first)
+    return object_collectives.broadcast_from_rank0(first)
 
 
 def _tensor_bytes(state: dict) -> int:

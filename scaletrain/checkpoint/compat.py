@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from ..errors import arg
+from ..foundation.errors import arg
 from .layout import META_FILE
 
 #: Facts that must match to continue a run, and the setting that fixes each.

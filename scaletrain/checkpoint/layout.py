@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..files import default_mode, write_text_atomic
+from ..foundation.safe_files import default_mode, write_text_atomic
 
 STATE_FILE = "state.pt"
 SHARDS_DIR = "shards"

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 
 class CheckpointError(UsageError):

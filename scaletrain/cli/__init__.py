@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Optional
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from ..launchers.interrupts import Deferred, Stopped, sigint_as_python, signal_name, stop_signals
 from ..version import __version__
 from .parsing import OneLineParser, fail, flag_names
@@ -67,7 +67,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     """Runs a command; its exit status. Ctrl-C, SIGTERM and SIGHUP end it with 130, 143 and
     129 and one line (none in a rank: its launcher says it once), never a traceback."""
     from ..launchers import warm
-    from ..timeline import mark, process_started
+    from ..process.startup_timeline import mark, process_started
 
     rank = _launched()
     if not rank:
@@ -136,7 +136,7 @@ def _stopped(exc: Stopped, rank: bool) -> int:
 def _launched() -> bool:
     """Whether this process is one rank of a launched job (detection reads the launchers'
     variables; a contradiction among them is reported by the command itself)."""
-    from ..environment import detect
+    from ..process.environment import detect
 
     try:
         return detect(os.environ).launched

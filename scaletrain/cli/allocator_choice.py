@@ -1,4 +1,4 @@
-"""The allocator, chosen before anything starts (see scaletrain/allocator.py).
+"""The allocator, chosen before anything starts (see scaletrain/memory/allocator.py).
 
 A library preloaded with LD_PRELOAD takes effect when a process starts, so the choice must be
 in the environment before the first process this command starts — the warm interpreters of
@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Optional
 
-from .. import allocator
+from ..memory import allocator
 
 #: Set in the environment of a command started again with its allocator: it is not started again.
 RESTARTED_VAR = "SCALETRAIN_ALLOCATOR_RESTARTED"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from ..train.config import TrainConfig
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 #: A choice's measurement: short, since the decision is a small part of a run.
 PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "rounds": 2, "budget_s": 60.0, "max_error": 0.5}
@@ -17,7 +17,7 @@ PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "rounds": 2, "budget_s": 
 def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
     """The configuration with the chosen strategy and options in place of auto, and the lines
     that say why (`auto_choice`)."""
-    from ..devices import choose_device
+    from ..process.devices import choose_device
     from ..measure.jobs import hosts_from_args
     from ..plan import Candidates, Measuring, PlanRequest, Training, default_machine, make_plan
 

@@ -16,15 +16,15 @@ import os
 import time
 from pathlib import Path
 
-from ..defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
-from ..errors import UsageError
+from ..foundation.defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
+from ..foundation.errors import UsageError
 from .parsing import positive_float, positive_int
 from .perf_options import add_process_memory_arguments, apply_process_memory
 from .measure_options import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, batch_size_of,
                               add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies)
 from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 NAME = "bench"
 HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies against one process"
@@ -97,8 +97,8 @@ def parse_rules(text: str | None, accuracy: bool) -> list[str]:
 def be_a_rank(args: argparse.Namespace, settings) -> int:
     from ..bench.orchestrate import RESULT_FILE
     from ..bench.worker import measure
-    from ..environment import detect
-    from ..files import write_json_atomic
+    from ..process.environment import detect
+    from ..foundation.safe_files import write_json_atomic
     from .outdir import default_out
 
     names = parse_strategies(args.strategy)
@@ -116,7 +116,7 @@ def be_a_rank(args: argparse.Namespace, settings) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..environment import detect
+    from ..process.environment import detect
 
     apply_process_memory(args)
     settings = settings_from_args(args)
@@ -126,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def orchestrate(args: argparse.Namespace, settings) -> int:
-    from ..backends import choose_backend
+    from ..process.backends import choose_backend
     from ..bench.configs import bench_configs
-    from ..devices import choose_device, cpu_cores
+    from ..process.devices import choose_device, cpu_cores
     from ..plan import default_machine
     from ..workloads import get_workload
     from .outdir import check_out, create_out, default_out
@@ -162,7 +162,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
 def check_options_apply(strategies: list[str], options: dict) -> None:
     """Every strategy option given applies to at least one strategy measured, and to each in a
     way it accepts (checked as the strategy itself checks it)."""
-    from ..options import aliases_of
+    from ..foundation.options import aliases_of
     from ..plan.configuration import options_for
     from ..strategies import REGISTRY, get_strategy
 

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 
 from ..comm.bandwidth import OPS, bus_factor, parse_sizes
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from .parsing import positive_float, positive_int
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 NAME = "comm"
 HELP = "benchmark the collectives (all_reduce, all_gather, ...): time, algorithm and bus bandwidth"
@@ -47,8 +47,8 @@ def parse_ops(text: str) -> list[str]:
 
 
 def validate(args: argparse.Namespace) -> None:
-    from ..backends import choose_backend
-    from ..devices import choose_device
+    from ..process.backends import choose_backend
+    from ..process.devices import choose_device
 
     ops, sizes = parse_ops(args.ops), parse_sizes(args.sizes)
     if args.warmup < 0:
@@ -69,7 +69,7 @@ def check_memory(ops: list[str], size: int, nproc: int, device) -> None:
     import torch
 
     from ..comm.bandwidth import buffer_bytes, human_bytes
-    from ..cores import available_memory_bytes
+    from ..process.cores import available_memory_bytes
 
     op = max(ops, key=lambda o: buffer_bytes(o, size, nproc))
     per_rank = buffer_bytes(op, size, nproc)
@@ -98,7 +98,7 @@ def be_a_rank(args: argparse.Namespace) -> int:
     from ..api import init
     from ..comm.report import print_json, print_table, result_document
     from ..comm.runner import benchmark
-    from ..files import write_json_atomic
+    from ..foundation.safe_files import write_json_atomic
 
     with init(strategy="ddp", backend=None if args.backend == AUTO else args.backend,
               device=None if args.device == AUTO else args.device) as run:
@@ -117,7 +117,7 @@ def be_a_rank(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..environment import detect
+    from ..process.environment import detect
     from ..measure.jobs import run_job
 
     validate(args)

@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import yaml
 
-from ..errors import UsageError
-from ..files import write_text_atomic, writing
+from ..foundation.errors import UsageError
+from ..foundation.safe_files import write_text_atomic, writing
 
 CONFIG_FILE = "config.yaml"
 

@@ -6,9 +6,9 @@ import argparse
 import json
 import os
 
-from ..environment import detect
-from ..defaults import MASTER_PORT, SELF_TEST_TIMEOUT_S
-from ..errors import UsageError
+from ..process.environment import detect
+from ..foundation.defaults import MASTER_PORT, SELF_TEST_TIMEOUT_S
+from ..foundation.errors import UsageError
 from ..fault.durations import RULE
 from .parsing import duration, port, positive_int
 

@@ -19,9 +19,9 @@ def gather() -> dict:
     import torch
 
     from ..version import __version__
-    from ..backends import available_backends
-    from ..devices import cpu_cores, threads_per_process
-    from ..environment import detect
+    from ..process.backends import available_backends
+    from ..process.devices import cpu_cores, threads_per_process
+    from ..process.environment import detect
 
     env = detect(os.environ)
     cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
@@ -42,8 +42,8 @@ def gather() -> dict:
 
 def network_facts(master_addr: str) -> dict:
     """Which interface reaches the master, and why (what `scaletrain launch` would set)."""
-    from .. import netif
-    from ..errors import UsageError
+    from ..process import netif
+    from ..foundation.errors import UsageError
 
     try:
         facts = netif.choose(master_addr, os.environ).as_dict()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..defaults import HANG_TIMEOUT_S, MAX_RESTARTS
-from ..errors import UsageError
+from ..foundation.defaults import HANG_TIMEOUT_S, MAX_RESTARTS
+from ..foundation.errors import UsageError
 from ..fault.durations import RULE, format_duration
 from .launch_options import add_launch_arguments, launch_settings
 from .parsing import duration, non_negative_int, with_underscores
@@ -42,9 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..environment import detect
+    from ..process.environment import detect
     from ..launchers import facade
-    from ..launchers.plan import Target
+    from ..launchers.launch_plan import Target
     from ..launchers.restart import run_with_restarts
 
     apply_process_memory(args)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..launchers.settings import LaunchSettings
-from ..options import add_declared_arguments, flags_of, parsed_values
+from ..foundation.options import add_declared_arguments, flags_of, parsed_values
 
 
 def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -> None:

@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from ..defaults import BENCH_MAX_OTHER_CORES, BENCH_MEASURE_S, PLAN_BUDGET_S, PLAN_MAX_ERROR
-from ..errors import UsageError
+from ..foundation.defaults import BENCH_MAX_OTHER_CORES, BENCH_MEASURE_S, PLAN_BUDGET_S, PLAN_MAX_ERROR
+from ..foundation.errors import UsageError
 from ..workloads import BUILTIN
 from .parsing import positive_float, positive_int
 

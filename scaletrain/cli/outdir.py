@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 
 def default_out(strategy: str, nproc: int, root: Path = Path("runs")) -> Path:
@@ -160,7 +160,7 @@ def _read_holder(fd: int) -> str:
 
 def _unwritten(exc: OSError, path: Path) -> UsageError:
     """The lock file could not be written: one line (a full disk says how full)."""
-    from ..files import disk_full, is_disk_full
+    from ..foundation.safe_files import disk_full, is_disk_full
 
     if is_disk_full(exc):
         return disk_full(f"the output folder's lock {path}", path.parent, started=False)
@@ -194,7 +194,7 @@ def create_out(out: Path) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        from ..files import disk_full, is_disk_full
+        from ..foundation.safe_files import disk_full, is_disk_full
 
         if is_disk_full(exc):
             raise disk_full(f"the output folder {out}", out.parent, started=False) from None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..values import duration, non_negative_int, port, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
+from ..foundation.text_values import duration, non_negative_int, port, positive_float, positive_int, whole_number  # noqa: F401 (the CLI's readers)
 
 
 class OneLineParser(argparse.ArgumentParser):

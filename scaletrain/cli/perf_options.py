@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import allocator
-from ..steady_memory import STEADY_MEMORY_HELP, pass_on
+from ..memory import allocator
+from ..memory.steady import STEADY_MEMORY_HELP, pass_on
 
 
 def add_process_memory_arguments(p) -> None:

@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from ..defaults import PLAN_PROBE_ROUNDS
-from ..errors import UsageError
+from ..foundation.defaults import PLAN_PROBE_ROUNDS
+from ..foundation.errors import UsageError
 from ..launchers.interrupts import signal_name
 from ..parallel.dims import MESH, MESH_DIMS
 from .measure_options import (add_min_seconds_argument, add_model_arguments, add_noise_arguments,
@@ -25,7 +25,7 @@ from .measure_options import (add_min_seconds_argument, add_model_arguments, add
                               parse_strategies, training_of)
 from .parsing import positive_int
 from .perf_options import add_process_memory_arguments, apply_process_memory
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 NAME = "plan"
 DEFAULT_WORLD_SIZES = "1,2,8,16,64"
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         show_plan(plan)
     if args.out is not None:
-        from ..files import write_json_atomic
+        from ..foundation.safe_files import write_json_atomic
 
         write_json_atomic(args.out, document)
     if plan.measured.stopped is not None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 NAME = "report"
 HELP = ("draw runs' loss, held-out accuracy and samples/s curves (PNG) and print a table comparing them; explain "
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..compare import figures, table
     from ..compare.runs import load_runs
-    from ..files import write_text_atomic
+    from ..foundation.safe_files import write_text_atomic
 
     folders = explain_hangs(args.runs)
     if not folders:

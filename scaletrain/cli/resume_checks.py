@@ -11,11 +11,11 @@ from typing import Optional
 
 from ..checkpoint import CHECKPOINTS_DIR, latest_checkpoint
 from ..checkpoint.preflight import check_resumable
-from ..environment import DistEnv
-from ..errors import UsageError
+from ..process.environment import DistEnv
+from ..foundation.errors import UsageError
 from ..train.config import TrainConfig
 from ..train.report import SUMMARY_FILE
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 
 def check_fault_flags(config: TrainConfig, env: DistEnv) -> None:

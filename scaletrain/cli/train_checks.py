@@ -11,10 +11,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .. import netif
-from ..backends import choose_backend
-from ..devices import choose_device
-from ..environment import DistEnv
+from ..process import netif
+from ..process.backends import choose_backend
+from ..process.devices import choose_device
+from ..process.environment import DistEnv
 from ..strategies import get_strategy
 from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig

@@ -17,12 +17,12 @@ import json
 import os
 from dataclasses import asdict, replace
 
-from ..devices import cpu_cores
-from ..environment import DistEnv, detect
-from ..errors import UsageError
-from ..allocator import resolve as resolve_allocator
+from ..process.devices import cpu_cores
+from ..process.environment import DistEnv, detect
+from ..foundation.errors import UsageError
+from ..memory.allocator import resolve as resolve_allocator
 from ..strategies import REGISTRY
-from ..timeline import mark
+from ..process.startup_timeline import mark
 from ..train.config import TrainConfig
 from . import config_file
 from .config_file import CONFIG_FILE
@@ -114,7 +114,7 @@ def recorded_nproc(config: TrainConfig, nproc: int):
 def runs_here(config: TrainConfig) -> bool:
     """Whether this process trains the run's one process: where it runs the allocator asked for,
     or where the command was called as a function (its caller's process trains, as it is)."""
-    from ..allocator import running
+    from ..memory.allocator import running
     from .allocator_choice import as_a_function
 
     return as_a_function or running() in (resolve_allocator(config.allocator, config.steady_memory), "unknown")
@@ -140,7 +140,7 @@ def launch_ranks(config: TrainConfig, nproc: int, recorded: dict, node_rank: int
     """Starts the ranks (and restarts them, with --max-restarts) with the validated
     configuration in their argv; they parse nothing."""
     from ..launchers import facade
-    from ..launchers.plan import Target
+    from ..launchers.launch_plan import Target
     from ..launchers.restart import run_with_restarts
     from .train_rank import MODULE, rank_args
 

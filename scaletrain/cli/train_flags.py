@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import add_declared_arguments
+from ..foundation.options import add_declared_arguments
 from ..strategies.flags import add_strategy_arguments, common_option_defaults
 from ..train.config import TrainConfig
 from . import config_file

@@ -19,9 +19,9 @@ import sys
 from dataclasses import replace
 from typing import Optional
 
-from ..errors import UsageError, as_flags
+from ..foundation.errors import UsageError, as_flags
 from ..launchers.failures import say_usage_error
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 MODULE = __name__
 
@@ -62,8 +62,8 @@ def launched(config) -> int:
     from dataclasses import replace
     from pathlib import Path
 
-    from ..environment import detect
-    from ..steady_memory import pass_on
+    from ..process.environment import detect
+    from ..memory.steady import pass_on
     from ..track import check_reachable
     from .config_file import CONFIG_FILE
     from .outdir import default_out
@@ -106,7 +106,7 @@ def said_by_this_rank(exc: UsageError, rank: int) -> bool:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from ..environment import detect
+    from ..process.environment import detect
     from ..launchers.interrupts import sigint_as_python
     from ..train import loop  # noqa: F401 - torch and the trainer, before Ctrl-C may raise again
     from ..train.config import TrainConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ..cores import cpu_cores
+from ..process.cores import cpu_cores
 
 #: Flags after which the run is not N local spawn ranks, or not decided by the command
 #: line alone (a --config file may say anything).

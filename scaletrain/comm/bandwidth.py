@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from ..train.report import METRICS_FILE, SUMMARY_FILE
 
 

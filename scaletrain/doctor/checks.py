@@ -9,7 +9,7 @@ import socket
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import netif
+from ..process import netif
 
 
 def _is_loopback(address: str) -> bool:
@@ -48,7 +48,7 @@ class Plan:
 
 
 def check_backends(plan: Plan) -> list[Finding]:
-    from ..backends import available_backends, usable_backends
+    from ..process.backends import available_backends, usable_backends
 
     usable = usable_backends()
     found = [Finding(OK if usable else PROBLEM, f"backends usable here: {', '.join(usable) or 'none'}",
@@ -205,9 +205,9 @@ def _self_test_fix(backend: str) -> str:
 
 
 def check_allocator() -> list[Finding]:
-    """The CPU memory allocator training processes get by default (scaletrain/allocator.py):
+    """The CPU memory allocator training processes get by default (scaletrain/memory/allocator.py):
     the best one where installed; where not, the one line that installs it."""
-    from .. import allocator
+    from ..memory import allocator
 
     best = allocator.BEST
     path = allocator.find(best)

@@ -13,7 +13,7 @@ import sys
 import time
 from datetime import timedelta
 
-from ..defaults import SELF_TEST_TIMEOUT_S
+from ..foundation.defaults import SELF_TEST_TIMEOUT_S
 from ..launchers.ports import free_port
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",

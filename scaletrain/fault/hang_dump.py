@@ -1,7 +1,7 @@
 """When the watchdog finds a hang, every rank leaves its evidence in the run's folder.
 
 Through the job's store (the one the heartbeats use):
-- every rank publishes its evidence (evidence.py: stacks, the tail of its collectives) with
+- every rank publishes its evidence (hang_evidence.py: stacks, the tail of its collectives) with
   its heartbeat whenever it has been in a new operation for a moment, so a rank that then
   freezes (stopped, its machine gone) has left what it was doing;
 - the rank whose watchdog finds the hang writes its own evidence, claims the dump (the first
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import evidence, hang_report
+from . import hang_evidence, hang_report
 
 STORE_DEADLINE_S = 4.0
 
@@ -44,7 +44,7 @@ def bounded(call: Callable[[], Any], seconds: float = STORE_DEADLINE_S) -> Any:
 class HangEvidence:
     """One rank's part in a hang's dump, into `folder`."""
 
-    def __init__(self, rank: int, world_size: int, prefix: str, folder: Path, ops: evidence.OpLog,
+    def __init__(self, rank: int, world_size: int, prefix: str, folder: Path, ops: hang_evidence.OpLog,
                  refresh_s: float = 5.0):
         self.rank, self.world_size, self.prefix, self.folder, self.ops = rank, world_size, prefix, Path(folder), ops
         self.refresh_s = refresh_s  # published again at least this often, whatever the rank is doing
@@ -64,7 +64,7 @@ class HangEvidence:
         in_new_op = op is not None and since != self._published_since and now - since >= 0.1
         if not in_new_op and now - self._published_at < self.refresh_s:
             return
-        record = evidence.record(self.rank, self.ops, op, step, last=evidence.PUBLISHED_ENTRIES)
+        record = hang_evidence.record(self.rank, self.ops, op, step, last=hang_evidence.PUBLISHED_ENTRIES)
         store.set(self._key("evidence", self.rank), json.dumps(record))
         self._published_since, self._published_at = (since if op is not None else None), now
 
@@ -79,7 +79,7 @@ class HangEvidence:
     def write_own(self, op: Optional[str], step: int, source: str) -> None:
         if not self._dumped:
             self._dumped = True
-            evidence.write(self.folder, evidence.record(self.rank, self.ops, op, step), source)
+            hang_evidence.write(self.folder, hang_evidence.record(self.rank, self.ops, op, step), source)
 
     def collect(self, store, verdict: dict, op: Optional[str], step: int, wait_s: float) -> str:
         """Writes the dump and returns the clause the one error line ends with."""
@@ -114,5 +114,5 @@ class HangEvidence:
             return
         record = json.loads(raw)
         age = time.time() - record["time"]
-        evidence.write(self.folder, record, f"read from its last heartbeat, published {age:.0f} s before the dump "
+        hang_evidence.write(self.folder, record, f"read from its last heartbeat, published {age:.0f} s before the dump "
                                             "(the rank did not answer)")

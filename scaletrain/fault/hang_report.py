@@ -4,7 +4,7 @@ ranks that never entered it — in one line for the job's error, and in plain wo
 
 A dump folder holds `hang.json` (what the watchdog that found the hang saw: who waited, in
 what, which ranks were silent or elsewhere) and, per rank, `rank-N-stacks.txt` and
-`rank-N-collectives.json` (evidence.py). The stuck collective is the oldest unfinished one of
+`rank-N-collectives.json` (hang_evidence.py). The stuck collective is the oldest unfinished one of
 the rank that found the hang, in torch's flight recorder where there is one (every rank's
 collectives in a process group are numbered alike, so the numbers compare across ranks),
 else in scaletrain's own record of the operations it ran.

@@ -6,7 +6,7 @@ import os
 from datetime import timedelta
 from typing import Optional
 
-from ..environment import DistEnv
+from ..process.environment import DistEnv
 from .durations import format_duration
 from .watchdog import STORE_TIMEOUT_S, Watchdog, heartbeat_interval
 

@@ -37,8 +37,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
-from ..lineage import Lineage
-from .evidence import OpLog
+from ..process.lineage import Lineage
+from .hang_evidence import OpLog
 from .hang_dump import HangEvidence
 
 #: Exit status of a rank that gave up waiting for its peers.

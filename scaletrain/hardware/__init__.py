@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from .calibration import Calibration
 
 try:

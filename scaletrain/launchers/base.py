@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from ..netif import Choice
+from ..process.netif import Choice
 from .interrupts import Interrupts
-from .plan import Plan
+from .launch_plan import Plan
 from .request import LaunchRequest
 
 

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Optional, TextIO
 
-from .plan import ERROR_DIR_VAR
+from .launch_plan import ERROR_DIR_VAR
 
 FIRST_MARKER = "first"
 RESULT_FILE = "result.pickle"  # rank 0's return value, for scaletrain.launch(fn)

@@ -19,12 +19,12 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..defaults import HANG_TIMEOUT_S
-from ..errors import UsageError
+from ..foundation.defaults import HANG_TIMEOUT_S
+from ..foundation.errors import UsageError
 from ..fault.durations import as_seconds
 from .facade import prepare, run_job
 from .failures import RESULT_FILE
-from .plan import ERROR_DIR_VAR, Plan, Target
+from .launch_plan import ERROR_DIR_VAR, Plan, Target
 from .request import LaunchRequest
 from .spawn import RankFunction, run_children
 

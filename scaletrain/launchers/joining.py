@@ -21,7 +21,7 @@ import time
 from datetime import timedelta
 from typing import Callable, Optional
 
-from ..environment import DistEnv
+from ..process.environment import DistEnv
 from ..fault.durations import format_duration
 
 # `default_pg/0//cpu//0/<rank>`, under a prefix when the store is torchrun's agent's

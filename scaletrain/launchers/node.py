@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Optional
 
-from ..environment import detect
+from ..process.environment import detect
 from .request import LaunchRequest
 
 

@@ -3,7 +3,7 @@
 A launcher killed outright (SIGKILL, the out-of-memory killer, a crash) cannot stop its
 ranks, and a rank left running writes into an output folder whose lock died with the
 launcher, so a new run could be let in beside it. So every rank watches, from a thread of
-the rank runner, every half second (scaletrain/lineage.py):
+the rank runner, every half second (scaletrain/process/lineage.py):
 
 - its parent process (spawn's launcher, torchrun's agent, mpirun's daemon, slurmstepd): a
   rank whose parent is gone has been handed to another process (its parent pid changed);
@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 
-from ..lineage import LAUNCHER_VAR, Lineage, start_time, this_process  # noqa: F401 - names launchers use
+from ..process.lineage import LAUNCHER_VAR, Lineage, start_time, this_process  # noqa: F401 - names launchers use
 
 POLL_S = 0.5
 STOP_AFTER_S = 10.0

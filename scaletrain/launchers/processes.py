@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..defaults import STOP_GRACE_S
+from ..foundation.defaults import STOP_GRACE_S
 from .failures import any_started, note_vanished, write_record
 from .interrupts import Interrupts
-from .plan import Command, execution_env
+from .launch_plan import Command, execution_env
 
 
 def _group_alive(pgid: int) -> bool:

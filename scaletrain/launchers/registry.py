@@ -6,7 +6,7 @@ from __future__ import annotations
 from . import mpirun, spawn, srun, torchrun
 from .base import Launcher
 from .request import LaunchRequest
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 LAUNCHERS: dict[str, Launcher] = {
     "spawn": spawn.LAUNCHER,

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..defaults import CONNECT_TIMEOUT_S, HANG_TIMEOUT_S, MASTER_PORT as DEFAULT_PORT
-from ..errors import UsageError
-from .plan import Target
+from ..foundation.defaults import CONNECT_TIMEOUT_S, HANG_TIMEOUT_S, MASTER_PORT as DEFAULT_PORT
+from ..foundation.errors import UsageError
+from .launch_plan import Target
 
 LAUNCHERS = ("auto", "spawn", "torchrun", "mpirun", "srun")
 
@@ -58,7 +58,7 @@ class LaunchRequest:
         return bool(self.environ.get("SLURM_JOB_ID")) and not self.environ.get("SLURM_STEP_ID")
 
     def with_host_facts(self) -> "LaunchRequest":
-        from ..cores import cpu_cores
+        from ..process.cores import cpu_cores
 
         return replace(self, python=sys.executable, is_root=os.geteuid() == 0, cpu_cores=cpu_cores(),
                        environ=dict(os.environ), cwd=os.getcwd())

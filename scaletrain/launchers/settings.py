@@ -1,7 +1,7 @@
 """The launch settings a command line gives (`scaletrain launch` and `scaletrain train` alike),
 declared once: their flags (torchrun's names, each also in torchrun's underscore spelling:
 `--nproc_per_node`), their help and their configuration-file keys are generated from these
-fields (scaletrain.options), and `request` turns them into the LaunchRequest they describe."""
+fields (scaletrain.foundation.options), and `request` turns them into the LaunchRequest they describe."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..defaults import CONNECT_TIMEOUT_S, HANG_TIMEOUT_S, MASTER_PORT
-from ..errors import UsageError
+from ..foundation.defaults import CONNECT_TIMEOUT_S, HANG_TIMEOUT_S, MASTER_PORT
+from ..foundation.errors import UsageError
 from ..fault.durations import RULE, format_duration
-from ..options import option
-from ..values import duration, non_negative_int, port, positive_int, shell_words
-from .plan import Target
+from ..foundation.options import option
+from ..foundation.text_values import duration, non_negative_int, port, positive_int, shell_words
+from .launch_plan import Target
 from .request import LAUNCHERS, LaunchRequest, SlurmResources, parse_hosts, read_hostfile
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 LAUNCHING = "launching (torchrun's option names; --nproc_per_node spellings work too)"
 SLURM = "Slurm batch script (--launcher srun)"

@@ -25,15 +25,15 @@ import time
 from dataclasses import replace
 from typing import Callable, Optional, Protocol
 
-from ..defaults import MASTER_ADDR, STOP_GRACE_S
-from ..errors import UsageError
-from ..netif import Choice
-from ..timeline import mark
+from ..foundation.defaults import MASTER_ADDR, STOP_GRACE_S
+from ..foundation.errors import UsageError
+from ..process.netif import Choice
+from ..process.startup_timeline import mark
 from . import warm
 from .base import Job, network_env
 from .failures import signal_summary, write_record
 from .interrupts import Interrupts
-from .plan import Command, Plan, execution_env, rank_argv
+from .launch_plan import Command, Plan, execution_env, rank_argv
 from .processes import descendants, stop_all
 from .preflight import check_interfaces, check_local_master, check_port_free, warn_if_oversubscribed
 from .request import LaunchRequest

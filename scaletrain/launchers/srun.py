@@ -11,10 +11,10 @@ import shlex
 from dataclasses import replace
 from typing import Optional
 
-from ..errors import UsageError
-from ..netif import Choice
+from ..foundation.errors import UsageError
+from ..process.netif import Choice
 from .base import Job
-from .plan import Command, Plan, rank_argv
+from .launch_plan import Command, Plan, rank_argv
 from .preflight import check_program
 from .processes import run_command
 from .request import LaunchRequest

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from ..defaults import TEARDOWN_GRACE_S
+from ..foundation.defaults import TEARDOWN_GRACE_S
 
 _CLOCK_MONOTONIC = 1
 _SIGEV_THREAD = 2

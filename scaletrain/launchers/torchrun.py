@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from .. import netif
-from ..defaults import MASTER_ADDR, MASTER_PORT
-from ..environment import detect
-from ..errors import UsageError
+from ..process import netif
+from ..foundation.defaults import MASTER_ADDR, MASTER_PORT
+from ..process.environment import detect
+from ..foundation.errors import UsageError
 from ..fault.durations import format_duration
-from ..netif import Choice
+from ..process.netif import Choice
 from .base import Job, network_env
-from .plan import RANK_RUNNER, Command, Plan, runner_args
+from .launch_plan import RANK_RUNNER, Command, Plan, runner_args
 from .preflight import check_interfaces, check_port_free, wait_for_master, warn_if_oversubscribed
 from .processes import run_command
 from .request import LaunchRequest, rendezvous, split_endpoint

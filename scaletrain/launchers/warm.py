@@ -45,7 +45,7 @@ from typing import Optional  # noqa: E402
 MODULE = "scaletrain.launchers.warm"
 
 _pool: list = []
-_preload: list = []  # the LD_PRELOAD the interpreters started with (the allocator they run: allocator.py)
+_preload: list = []  # the LD_PRELOAD the interpreters started with (the allocator they run: memory/allocator.py)
 
 
 def warm_up(count: int) -> None:
@@ -108,7 +108,7 @@ def _order_ready() -> bool:
 def main() -> None:
     import importlib
 
-    from ..timeline import mark
+    from ..process.startup_timeline import mark
 
     for name in PRELOAD:  # until the command is ready; whatever is left is imported when needed
         importlib.import_module(name)
@@ -119,7 +119,7 @@ def main() -> None:
     if not line:  # the command ended without needing this process
         os._exit(0)
     order = json.loads(line)
-    from ..timeline import TIMELINE_VAR, mark
+    from ..process.startup_timeline import TIMELINE_VAR, mark
 
     if order["env"].get(TIMELINE_VAR):
         os.environ[TIMELINE_VAR] = order["env"][TIMELINE_VAR]

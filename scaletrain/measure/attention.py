@@ -41,7 +41,7 @@ def attention_facts(model: nn.Module, inputs) -> tuple[tuple, float, int]:
     ((), 0.0, 0) for a model without."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..batches import call_model
+    from ..data.batches import call_model
 
     watch = _Attentions()
     with torch.no_grad(), FlopCounterMode(display=False) as counter, watch:
@@ -92,7 +92,7 @@ def attention_seconds(model: nn.Module, inputs, cps: tuple = (2, 4, 8), group=No
     on its part of a real ring of that group, communication included). Timed on tensors of
     each attention's shape, one per distinct shape, times its count; (0.0, {}) for a model
     without attention."""
-    from ..batches import call_model
+    from ..data.batches import call_model
     from ..parallel.ring_attention import ring_attention
 
     shapes: dict[tuple, int] = {}

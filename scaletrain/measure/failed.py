@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 #: A job's exit status when one of its ranks said its one-line error itself.
 SAID_BY_THE_JOB = 2

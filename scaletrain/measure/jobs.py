@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def run_job(argv: list[str], nproc: int, hosts: Optional[Hosts] = None, module: 
     Ctrl-C, SIGTERM or SIGHUP raises Stopped, for the command to say what it had measured."""
     from ..launchers.facade import run, run_script
     from ..launchers.interrupts import STOP_STATUSES, Stopped
-    from ..launchers.plan import Target
+    from ..launchers.launch_plan import Target
     from ..launchers.request import LaunchRequest
 
     if hosts is None or nproc == 1:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..defaults import BENCH_MAX_OTHER_CORES, BENCH_MAX_ROUNDS, BENCH_MIN_ROUNDS
+from ..foundation.defaults import BENCH_MAX_OTHER_CORES, BENCH_MAX_ROUNDS, BENCH_MIN_ROUNDS
 from ..launchers.interrupts import Stopped, signal_name
 from .machine_load import LoadMeter
 

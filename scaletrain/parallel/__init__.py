@@ -38,7 +38,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 from .checkpointing import ActivationCheckpointing
 from .compile import Compile

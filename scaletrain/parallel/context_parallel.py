@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..batches import call_model, compute_loss, first_tensor, own_loss, split
-from ..errors import UsageError, arg
+from ..data.batches import call_model, compute_loss, first_tensor, own_loss, split
+from ..foundation.errors import UsageError, arg
 from . import cp_attention
 from .blocks import model_blocks
 from .config import ParallelConfig

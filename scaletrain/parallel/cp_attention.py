@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from .eager_only import eager_only
 from .ring_attention import ring_attention
 from .sequence_split import SequenceSplit

@@ -22,7 +22,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..precision import PRECISIONS
+from .precision import PRECISIONS
 from .blocks import model_blocks
 from .config import DDP, ParallelConfig
 from .dims import DP_REPLICATE

@@ -18,7 +18,7 @@ from typing import Optional
 
 from torch import nn
 
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 from .config import FSDP, ParallelConfig
 from .part import ModelPart
 

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 from .config import SPLIT, ParallelConfig
 from .part import ModelPart
 from .topology import Topology

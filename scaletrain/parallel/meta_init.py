@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
-from ..errors import UsageError, by_door
+from ..foundation.errors import UsageError, by_door
 
 
 def is_meta(model: nn.Module) -> bool:

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..context import ProcessContext
+from ..process.process_context import ProcessContext
 
 
 def _state_dict():

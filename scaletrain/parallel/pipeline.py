@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batches import NO_TARGETS, split
-from ..errors import UsageError, arg
+from ..data.batches import NO_TARGETS, split
+from ..foundation.errors import UsageError, arg
 from .config import ParallelConfig
 from .dims import PP
 from .part import ModelPart

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 
 IGNORE_INDEX = -100  # the label of positions that do not count (transformers' convention)
 

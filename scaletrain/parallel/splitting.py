@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from torch import nn
 
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 from .stage_units import stage_module, units_of
 
 

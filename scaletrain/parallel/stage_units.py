@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from ..errors import AgreedError, UsageError, arg, by_door
+from ..foundation.errors import AgreedError, UsageError, arg, by_door
 from .config import ParallelConfig
 from .dims import TP
 from .part import ModelPart
@@ -146,7 +146,7 @@ class TensorParallel:
         hook = config.option("parallelize")
         module = part.module
         if isinstance(hook, str):
-            from ..user_code import load_factory
+            from ..foundation.user_code import load_factory
 
             hook = load_factory(hook, "--parallelize")
         if hook is not None:

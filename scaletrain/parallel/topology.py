@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from ..context import ProcessContext
+from ..process.process_context import ProcessContext
 from .dims import BY_NAME, MESH, MESH_DIMS, PP, ParallelDims
 
 

@@ -1,7 +1,7 @@
 """Choosing a configuration for the user: every candidate of a world size — strategies and
 their compositions × degrees × micro-batches × activation checkpointing, as the parallelisms'
 cost modules propose them — predicted from one short measurement (a plan's probe, cached per
-model, batch, world and machine by evidence.py, so a second choice is made at once), those
+model, batch, world and machine by measurements.py, so a second choice is made at once), those
 that do not fit the memory left out, the fastest chosen.
 """
 
@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..defaults import WORTH_AT_SPEEDUP
+from ..foundation.defaults import WORTH_AT_SPEEDUP
 from ..parallel import PARALLELISMS
 from .constraints import Constraints
 from .costs import cost_module
@@ -34,7 +34,7 @@ MEMORY_ROOM_STEADY = 0.05
 def memory_room(device_type: str) -> float:
     """The room kept below a budget for processes of this kind (this process's environment
     says whether they keep their memory steady: --steady-memory sets it for all of them)."""
-    from ..steady_memory import wanted
+    from ..memory.steady import wanted
 
     return MEMORY_ROOM_STEADY if device_type == "cuda" or wanted(None) else MEMORY_ROOM
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import UsageError
-from ..options import canonical, declared
+from ..foundation.errors import UsageError
+from ..foundation.options import canonical, declared
 from ..parallel import ParallelConfig
 from ..strategies import REGISTRY, get_strategy
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import UsageError, arg
-from ..options import canonical
+from ..foundation.errors import UsageError, arg
+from ..foundation.options import canonical
 from ..parallel.dims import MESH_DIMS
 from ..strategies import REGISTRY, get_strategy, implied_strategy
 from ..strategies.pipeline import PipelineStrategy
@@ -148,7 +148,7 @@ def check_candidates(request, workload) -> None:
 def left_out_notes(request) -> list[str]:
     """Conclusions naming what a plan could not predict of what was asked, where degrees were
     given (the defaults' gaps, such as tp for a model without a plan, go unsaid)."""
-    from ..errors import as_flags
+    from ..foundation.errors import as_flags
     from ..workloads import get_workload
     from ..workloads.meta import meta_model
 

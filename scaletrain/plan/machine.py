@@ -38,8 +38,8 @@ def default_machine(device: Optional[str] = None, nproc_per_node: Optional[int] 
     visible), with whatever the caller gives instead."""
     import torch
 
-    from ..devices import choose_device
-    from ..errors import UsageError, arg
+    from ..process.devices import choose_device
+    from ..foundation.errors import UsageError, arg
     from .probe import cores_here, device_memory_bytes
 
     if overlap is not None and not 0 <= overlap <= 1:

@@ -67,7 +67,7 @@ def _prepared_step_seconds(prepare: Callable[[nn.Module, object], None], build_m
     where the model cannot be prepared so."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..batches import call_model, compute_loss, move_to, split
+    from ..data.batches import call_model, compute_loss, move_to, split
     from ..parallel.model_state import retarget_optimizer
     from ..train.optimizer import adam
 
@@ -111,7 +111,7 @@ def same_batches(batches: Iterator, device: torch.device) -> Iterator:
     import torch.distributed as dist
     from torch.utils._pytree import tree_flatten
 
-    from ..batches import move_to, split
+    from ..data.batches import move_to, split
 
     inputs, rest = move_to(split(*next(batches)), device)
     for tensor in tree_flatten((inputs, rest))[0]:

@@ -1,6 +1,6 @@
 """The planner: a request in (`PlanRequest`), a `Plan` out.
 
-Machines like this one are measured (evidence.py: in rounds, from a cache, in someone else's
+Machines like this one are measured (measurements.py: in rounds, from a cache, in someone else's
 round, or recorded before) and every configuration asked for is predicted from each round's
 measurements (predict.py: its ParallelConfig's step, composed from its parallelisms' cost
 terms), the figures and their intervals the medians over the rounds; or, asked to choose, every
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 from ..strategies import REGISTRY
-from . import evidence
+from . import measurements
 from .choose import choose
 from .constraints import check_candidates, constraints_of, left_out_notes
 from .costs import NoCost
@@ -42,8 +42,8 @@ def make_plan(request: PlanRequest | "ClusterRequest", say: Callable[[str], None
         from .cluster import plan_cluster
 
         return plan_cluster(request)
-    from ..devices import choose_device
-    from ..steady_memory import pass_on
+    from ..process.devices import choose_device
+    from ..memory.steady import pass_on
 
     pass_on(request.measuring.steady_memory)  # every process the plan starts keeps its memory steady too
     device_type = choose_device(request.measuring.device, 0).type
@@ -102,7 +102,7 @@ def _predictions(request: PlanRequest, device_type: str, say: Callable[[str], No
     def error_of(probes: list) -> Optional[float]:
         return expected_error(median_predictions(_each_round(request, probes))[1])
 
-    measured = evidence.measured(request, device_type, error_of, say)
+    measured = measurements.measured(request, device_type, error_of, say)
     probes = measured.probes
     all_disturbed = not probes
     if all_disturbed:  # what the disturbed rounds measured, said to be no answer
@@ -134,7 +134,7 @@ def _choice(request: PlanRequest, device_type: str, say: Callable[[str], None]) 
                   if (p := predict(probe, name, n, machine)) is not None] for probe in probes]
         return expected_error(median_predictions(plain)[1])
 
-    measured = evidence.measured(request, device_type, error_of, say)
+    measured = measurements.measured(request, device_type, error_of, say)
     chosen = choose(measured.probes, world, request.training.batch_size, machine, constraints_of(request.candidates),
                     across_hosts=request.measuring.hosts is not None)
     return Plan(machine, measured, measured.probes, choice=chosen, world_size=world,

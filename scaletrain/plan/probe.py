@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from ..measure.failed import measurement_failed
 from ..measure.footprint import Footprint
 from .formulas import ring_all_gather_seconds
@@ -134,7 +134,7 @@ class Probe:
     memory_peak_bytes: float = 0.0
     """The one-process job's peak while it trained (a DDP process of one)."""
     allocator: str = ""
-    """The CPU memory allocator the probe's jobs ran with (scaletrain/allocator.py: what the
+    """The CPU memory allocator the probe's jobs ran with (scaletrain/memory/allocator.py: what the
     processes of the run predicted run with too); its slack is in `memory_peak_bytes`."""
     fsdp_peak_above_bytes: float = 0.0
     """The largest process's peak above what it held before its model, in FSDP steps of the job
@@ -347,7 +347,7 @@ def measure_link(sizes: list[int], nproc: int, backend: Optional[str], device: O
 
 
 def cores_here() -> int:
-    from ..devices import cpu_cores
+    from ..process.devices import cpu_cores
 
     return cpu_cores()
 

@@ -27,8 +27,8 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from ..allocator import described as described_allocator
-from ..batches import split
+from ..memory.allocator import described as described_allocator
+from ..data.batches import split
 from ..measure.clock import Clock
 from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
@@ -324,9 +324,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from pathlib import Path
 
-    from ..environment import detect
-    from ..errors import UsageError, arg, as_flags
-    from ..files import write_json_atomic
+    from ..process.environment import detect
+    from ..foundation.errors import UsageError, arg, as_flags
+    from ..foundation.safe_files import write_json_atomic
     from ..measure.failed import out_of_memory
     from ..launchers.failures import say_usage_error
     from ..launchers.interrupts import sigint_as_python

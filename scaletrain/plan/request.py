@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..defaults import BENCH_MAX_OTHER_CORES, BENCH_MEASURE_S, PLAN_BUDGET_S, PLAN_MAX_ERROR, PLAN_PROBE_ROUNDS
+from ..foundation.defaults import (
+    BENCH_MAX_OTHER_CORES,
+    BENCH_MEASURE_S,
+    PLAN_BUDGET_S,
+    PLAN_MAX_ERROR,
+    PLAN_PROBE_ROUNDS,
+)
 from .machine import Machine
 
 

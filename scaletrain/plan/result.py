@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .choose import Choice
-from .evidence import Measured
+from .measurements import Measured
 from .machine import Machine
 from .predict import Prediction
 from .probe import Probe

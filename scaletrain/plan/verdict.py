@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..defaults import WORTH_AT_SPEEDUP
+from ..foundation.defaults import WORTH_AT_SPEEDUP
 from .predict import Prediction
 
 

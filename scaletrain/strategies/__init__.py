@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UsageError, arg
-from ..options import canonical
+from ..foundation.errors import UsageError, arg
+from ..foundation.options import canonical
 from ..parallel import Prepared
 from ..parallel.dims import MESH_DIMS, PP, TP
 from .auto import AutoStrategy

@@ -24,15 +24,15 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch import nn
 
-from ..context import ProcessContext
-from ..errors import UsageError, arg
-from ..options import build, check_choice, check_count, declared, option, spellings
+from ..process.process_context import ProcessContext
+from ..foundation.errors import UsageError, arg
+from ..foundation.options import build, check_choice, check_count, declared, option, spellings
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
 from ..parallel.dims import BY_NAME, CP, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
 from ..parallel.float8 import check_float8
-from ..precision import PRECISIONS
+from ..parallel.precision import PRECISIONS
 from ..parallel.checkpointing import MODES as AC_MODES
-from ..values import factory_name, positive_int, reshard_value
+from ..foundation.text_values import factory_name, positive_int, reshard_value
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import arg
-from ..options import check_choice, check_count, option
+from ..foundation.errors import arg
+from ..foundation.options import check_choice, check_count, option
 from ..parallel.config import DDP
 from ..parallel.ddp_compression import COMPRESSIONS
 from ..parallel.dims import DP_REPLICATE, DP_SHARD, PP, TP
-from ..values import positive_float, positive_int
+from ..foundation.text_values import positive_float, positive_int
 from .base import CommonOptions, Strategy
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..options import option
+from ..foundation.options import option
 from ..parallel.config import REPLICATE
 from ..parallel.local_devices import replicas_here, visible_gpus
-from ..values import positive_int
+from ..foundation.text_values import positive_int
 from .base import CommonOptions, Strategy
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import aliases_of, declared, flag_of
+from ..foundation.options import aliases_of, declared, flag_of
 from . import REGISTRY
 
 

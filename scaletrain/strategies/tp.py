@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import arg
+from ..foundation.errors import arg
 from ..parallel.config import FSDP
 from ..parallel.dims import DP_REPLICATE, PP, TP
 from .base import MeshOptions, Strategy

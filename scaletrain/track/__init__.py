@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from ..errors import UsageError
-from ..files import disk_full, is_disk_full, writing
+from ..foundation.errors import UsageError
+from ..foundation.safe_files import disk_full, is_disk_full, writing
 from .base import Tracker
 
 

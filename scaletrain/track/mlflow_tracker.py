@@ -25,7 +25,7 @@ from urllib.parse import urlencode, urlparse
 
 import yaml
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from .base import flatten, numbers
 
 #: MLflow refuses longer parameter values.

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..files import is_disk_full
+from ..foundation.safe_files import is_disk_full
 
 
 class TensorBoardTracker:
@@ -54,7 +54,7 @@ _quieted = False
 def _quiet_writer_threads() -> None:
     """TensorBoard writes from a thread of its own; a write that fails there (a full disk)
     is raised again by the next call in the run's thread, where it becomes one line
-    (scaletrain.files.DiskFull). Python would also print it from the dying thread as a
+    (scaletrain.foundation.safe_files.DiskFull). Python would also print it from the dying thread as a
     traceback: not for a full disk."""
     global _quieted
     if _quieted:

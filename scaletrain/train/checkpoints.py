@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from ..checkpoint import CHECKPOINTS_DIR, Checkpointer
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 
 if TYPE_CHECKING:
-    from ..run import Run
+    from ..run.run import Run
 
 
 class TrainerCheckpoints:

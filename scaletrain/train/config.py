@@ -1,6 +1,6 @@
 """The settings of one `scaletrain train` run, as one frozen, validated value.
 
-Every setting is declared once, as a field (`scaletrain.options.option`): its default, its
+Every setting is declared once, as a field (`scaletrain.foundation.options.option`): its default, its
 help, its flag and --help section. `scaletrain train`'s command line is generated from these
 declarations (the strategies' own options are generated from theirs, the launch options from
 `LaunchSettings`), so a configuration file's keys — the flags' names, `_` for `-` — are too:
@@ -23,15 +23,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from ..defaults import BENCH_MAX_OTHER_CORES, HANG_TIMEOUT_S, KEEP_CHECKPOINTS, LOG_EVERY_SECONDS, LOG_EVERY_STEPS, \
-    MAX_RESTARTS
+from ..foundation.defaults import (
+    BENCH_MAX_OTHER_CORES,
+    HANG_TIMEOUT_S,
+    KEEP_CHECKPOINTS,
+    LOG_EVERY_SECONDS,
+    LOG_EVERY_STEPS,
+    MAX_RESTARTS,
+)
 from ..fault.durations import RULE, format_duration
 from ..launchers.settings import LaunchSettings
-from ..options import flag_values, option, parsed_values
-from ..allocator import ALLOCATOR_HELP, NAMES as ALLOCATOR_NAMES
-from ..steady_memory import STEADY_MEMORY_HELP
-from ..values import duration, non_negative_int, positive_float, positive_int
-from ..values import AUTO
+from ..foundation.options import flag_values, option, parsed_values
+from ..memory.allocator import ALLOCATOR_HELP, NAMES as ALLOCATOR_NAMES
+from ..memory.steady import STEADY_MEMORY_HELP
+from ..foundation.text_values import duration, non_negative_int, positive_float, positive_int
+from ..foundation.text_values import AUTO
 
 MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's seeds are 32-bit; torch's would take more
 
@@ -199,7 +205,7 @@ class TrainConfig:
                 "built whole, with a line saying why", group=MEMORY,
         choices=("auto", "always", "never"))
     allocator: str = option("auto", ALLOCATOR_HELP, group=MEMORY, choices=ALLOCATOR_NAMES)
-    """The CPU memory allocator of the run's processes (scaletrain/allocator.py)."""
+    """The CPU memory allocator of the run's processes (scaletrain/memory/allocator.py)."""
     steady_memory: bool = option(False, STEADY_MEMORY_HELP, group=MEMORY)
     trackers: tuple = option(
         (), "also record the run with an experiment tracker, on rank 0: tensorboard (OUT/tensorboard), wandb "

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 from ..parallel.model_state import local_part
 
 _NONE = math.inf  # "no non-finite step seen", as the MIN reduction wants it

@@ -12,13 +12,13 @@ from pathlib import Path
 import torch
 
 from ..version import __version__
-from ..allocator import described as described_allocator
+from ..memory.allocator import described as described_allocator
 from ..api import init
-from ..batches import batch_size_of
+from ..data.batches import batch_size_of
 from ..parallel.meta_init import uninitialisable
-from ..errors import UsageError, arg
-from ..startup import command_age
-from ..timeline import mark
+from ..foundation.errors import UsageError, arg
+from ..process.startup_time import command_age
+from ..process.startup_timeline import mark
 from ..workloads.model_config import workload_for
 from ..workloads.tasks import check_targets, derive, first_sample, get_task
 from .checkpoints import TrainerCheckpoints
@@ -28,7 +28,7 @@ from .optimizer import adam
 from .report import Reporter
 from .steps import StepRecorder
 from .utilisation import Utilisation
-from ..values import AUTO
+from ..foundation.text_values import AUTO
 
 
 def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:

@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from ..errors import as_flags
-from ..files import append_jsonl, write_json_atomic, write_text_atomic, writing
-from ..launchers.plan import stdout_is_terminal
+from ..foundation.errors import as_flags
+from ..foundation.safe_files import append_jsonl, write_json_atomic, write_text_atomic, writing
+from ..launchers.launch_plan import stdout_is_terminal
 from ..track import Trackers
 from .steps import format_eta
 

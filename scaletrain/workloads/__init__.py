@@ -9,7 +9,7 @@ from typing import Callable, Optional
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 from .digits import digits_datasets
 from .factories import build_user_datasets, build_user_model
 from .gpt import byte_gpt

@@ -7,8 +7,8 @@ from typing import Any, Callable
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..errors import UsageError
-from ..user_code import load_factory
+from ..foundation.errors import UsageError
+from ..foundation.user_code import load_factory
 
 
 def build_user_model(spec: str) -> nn.Module:

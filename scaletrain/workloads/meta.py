@@ -4,7 +4,7 @@ plan, micro-batches)."""
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 
 def meta_model(workload):

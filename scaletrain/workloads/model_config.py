@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import UsageError
+from ..foundation.errors import UsageError
 
 DEFAULT_SEQ_LEN = 2048
 TRAIN_SEQUENCES = 1 << 16  # made on demand, one per index: none is held in memory
@@ -36,7 +36,7 @@ class SyntheticTokens(Dataset):
 def hf_config(name_or_file: str):
     """The transformers config of a built-in shape or a config.json (checked by the planner's
     reader: decoder-only, one line otherwise)."""
-    from ..plan.cluster.shapes import BUILTIN, load_shape
+    from .model_shapes import BUILTIN, load_shape
 
     shape = load_shape(name_or_file)  # refuses encoders and unsupported configs in one line
     if name_or_file in BUILTIN:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from ..errors import AgreedError, UsageError
+from ..foundation.errors import AgreedError, UsageError
 from .gpt import lm_loss
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import TensorDataset
 
-from ..errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 
 CONTEXT = 64  # bytes a model sees at once
 TRAIN_BYTES = 480_000  # about 7,400 windows: one epoch learns well below the unigram baseline

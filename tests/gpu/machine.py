@@ -41,7 +41,7 @@ def _cpu_model() -> str:
 def facts() -> dict:
     import torch
 
-    from scaletrain.cores import cpu_cores
+    from scaletrain.process.cores import cpu_cores
     from scaletrain.version import __version__
 
     found = {

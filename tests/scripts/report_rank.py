@@ -4,7 +4,7 @@ import json
 import os
 import sys
 
-from scaletrain.environment import detect
+from scaletrain.process.environment import detect
 
 if __name__ == "__main__":
     env = detect(os.environ)

@@ -123,7 +123,7 @@ def tied_weights_under_fsdp(run) -> dict:
 def a_parallelize_that_splits_nothing(run) -> str:
     """parallelize=fn that returns without splitting: refused on every rank alike (it was
     reported as "layers split 2 ways" while each process computed the whole model)."""
-    from scaletrain.errors import UsageError
+    from scaletrain.foundation.errors import UsageError
     from strategy_reference import tiny_model
 
     model = tiny_model()

@@ -6,7 +6,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import scaletrain
-from scaletrain.errors import UsageError
+from scaletrain.foundation.errors import UsageError
 
 with scaletrain.init(strategy="ddp", pin=False) as run:
     torch.manual_seed(0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import UsageError, arg
-from .shapes import ModelShape
+from ...foundation.errors import UsageError, arg
+from ...workloads.model_shapes import ModelShape
 
 CHECKPOINTING = ("none", "selective", "full")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ...errors import UsageError
+from ...foundation.errors import UsageError
 from .config import Prediction, Scenario
 from .search import LAYOUTS, Fixed
 
@@ -56,7 +56,7 @@ class ClusterPlan:
 def plan_cluster(request: ClusterRequest) -> ClusterPlan:
     from ...hardware import load_profile
     from .search import choose, predict_all
-    from .shapes import load_shape
+    from ...workloads.model_shapes import load_shape
 
     profile = load_profile(request.hardware)
     if not request.model_config:

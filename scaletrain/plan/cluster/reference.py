@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .shapes import ModelShape
+from ...workloads.model_shapes import ModelShape
 
 FP8 = torch.float8_e4m3fn
 FP8_GRAD = torch.float8_e5m2

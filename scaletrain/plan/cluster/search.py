@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ...errors import UsageError, arg
+from ...foundation.errors import UsageError, arg
 from .config import CHECKPOINTING, ClusterConfig, Prediction, Scenario, check
 from .step import predict
 

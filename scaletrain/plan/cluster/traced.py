@@ -19,7 +19,7 @@ import torch
 
 from ...flops import TraceMode
 from .reference import ReferenceLM
-from .shapes import ModelShape
+from ...workloads.model_shapes import ModelShape
 
 #: Sequences per traced micro-batch: 11 × any sequence length is no model's width, so a
 #: dimension of that size is the tokens'.

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, MutableMapping, Optional
 
-from .errors import UsageError
+from ..foundation.errors import UsageError
 
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 

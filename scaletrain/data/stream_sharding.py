@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data.dataloader import default_collate
 
-from .errors import UsageError
+from ..foundation.errors import UsageError
 
 
 def deal(stream: Iterator[Any], batch_size: int, shard: int, num_shards: int, worker: int = 0,

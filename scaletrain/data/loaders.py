@@ -1,4 +1,4 @@
-"""Sharding training data across data-parallel ranks (evaluation: `scaletrain.evaluation`)."""
+"""Sharding training data across data-parallel ranks (evaluation: `scaletrain.data.evaluation`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, Sampler
 
 from .batches import move_to
-from .errors import UsageError
-from .streams import ShardedStream, agreed
+from ..foundation.errors import UsageError
+from .stream_sharding import ShardedStream, agreed
 
 
 class _ResumableSampler(DistributedSampler):
@@ -63,7 +63,7 @@ class ShardedLoader:
 
     A map-style dataset is shuffled and shared out by a distributed sampler (or the user's
     own `sampler`, of which each rank takes every N-th index); an IterableDataset is dealt
-    out as it is read (see `scaletrain.streams`). `collate_fn` is the user's, for both.
+    out as it is read (see `scaletrain.data.stream_sharding`). `collate_fn` is the user's, for both.
     """
 
     def __init__(self, dataset: Dataset, batch_size: int, *, shard: int, num_shards: int, shuffle: bool,

@@ -13,8 +13,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .checkpoint import DEFAULT_KEEP, Checkpointer
-from .parallel.model_state import ModuleState
+from ..checkpoint import DEFAULT_KEEP, Checkpointer
+from ..parallel.model_state import ModuleState
 
 
 class RunCheckpoints:

@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional
 
-from .defaults import MASTER_ADDR as DEFAULT_MASTER_ADDR, MASTER_PORT as DEFAULT_MASTER_PORT
-from .errors import DetectionError
+from ..foundation.defaults import MASTER_ADDR as DEFAULT_MASTER_ADDR, MASTER_PORT as DEFAULT_MASTER_PORT
+from ..foundation.errors import DetectionError
 
 
 @dataclass(frozen=True)

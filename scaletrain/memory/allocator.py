@@ -34,7 +34,7 @@ import sysconfig
 from pathlib import Path
 from typing import Mapping, MutableMapping, Optional
 
-from .errors import UsageError, arg
+from ..foundation.errors import UsageError, arg
 
 NAMES = ("auto", "tcmalloc", "jemalloc", "glibc")
 
@@ -185,7 +185,7 @@ def release_free_memory() -> None:
 
 def described(name: Optional[str] = None) -> str:
     """What summary.json records: the allocator running here, with glibc's tuning when steady."""
-    from .steady_memory import wanted
+    from .steady import wanted
 
     name = name or running()
     return "glibc (steady memory)" if name == "glibc" and wanted(None) else name

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from . import netif
-from .defaults import HANG_TIMEOUT_S
+from ..foundation.defaults import HANG_TIMEOUT_S
 from .environment import DistEnv
 
 DEFAULT_TIMEOUT = timedelta(seconds=HANG_TIMEOUT_S)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from .errors import UsageError
+from ..foundation.errors import UsageError
 
 #: `targets` when the caller gave none (None is a legitimate target of nothing).
 NO_TARGETS: Any = type("NoTargets", (), {"__repr__": lambda self: "NO_TARGETS"})()

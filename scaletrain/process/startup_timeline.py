@@ -19,7 +19,7 @@ TIMELINE_VAR = "SCALETRAIN_TIMELINE"
 
 def process_started(pid: int | str = "self") -> float:
     """The wall-clock time process `pid` (this one) started (from /proc: the kernel's own record)."""
-    from .startup import process_age
+    from .startup_time import process_age
 
     return time.time() - (process_age(os.getpid() if pid == "self" else int(pid)) or 0.0)
 

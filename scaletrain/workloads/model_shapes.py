@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from ...errors import UsageError
+from ..foundation.errors import UsageError
 
 #: model_type values of each family (transformers' names).
 LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2", "phi3", "granite",

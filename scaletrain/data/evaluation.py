@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data.dataloader import default_collate
 
 from .batches import NO_TARGETS, batch_size_of, compute_loss, move_to, split
-from .errors import UsageError, arg
-from .streams import ShardedStream
+from ..foundation.errors import UsageError, arg
+from .stream_sharding import ShardedStream
 
 BUILTIN = ("loss", "accuracy", "perplexity")
 IGNORE_INDEX = -100  # transformers' label for positions that do not count

@@ -4,8 +4,8 @@ A Run is complete when it is constructed: `init` resolves the environment, the s
 device, the backend, the threads, the process group, hang detection, the memory meter and the
 trackers first, and hands them all over. What a Run does is in the class (who it is, its
 topology, setting models up, loaders, the step loop's calls, evaluation) and in its facets,
-each a module of its own: collectives (run_collectives), checkpoints (run_checkpoints),
-records — trackers and printing — (run_records), memory (run_memory).
+each a module of its own: collectives (run/collectives.py), checkpoints (run/checkpoints.py),
+records — trackers and printing — (run/records.py), memory (run/memory.py).
 """
 
 from __future__ import annotations
@@ -17,23 +17,24 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from . import evaluation, process_group
-from .batches import NO_TARGETS
-from .checkpoint.background import BackgroundSaves
-from .context import ProcessContext
-from .data import ShardedLoader
-from .environment import DistEnv
-from .errors import UsageError
-from .fault.watchdog import Watchdog
-from .memory import MemoryMeter
-from .parallel import ModelPart, Prepared, Topology
-from .precision import LossScaler
-from .run_checkpoints import RunCheckpoints
-from .run_collectives import RunCollectives
-from .run_memory import RunMemory
-from .run_records import RunRecords
-from .strategies import Strategy
-from .track import Trackers
+from ..data import evaluation
+from ..process import process_group
+from ..data.batches import NO_TARGETS
+from ..checkpoint.background import BackgroundSaves
+from ..process.process_context import ProcessContext
+from ..data.loaders import ShardedLoader
+from ..process.environment import DistEnv
+from ..foundation.errors import UsageError
+from ..fault.watchdog import Watchdog
+from ..memory.meter import MemoryMeter
+from ..parallel import ModelPart, Prepared, Topology
+from ..parallel.precision import LossScaler
+from .checkpoints import RunCheckpoints
+from .collectives import RunCollectives
+from .memory import RunMemory
+from .records import RunRecords
+from ..strategies import Strategy
+from ..track import Trackers
 
 
 class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
@@ -59,7 +60,7 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
         self.memory = memory
         #: Rank 0's experiment trackers (init(trackers=...)).
         self.trackers = trackers
-        #: The one checkpoint written in the background, if any (run_checkpoints).
+        #: The one checkpoint written in the background, if any (run/checkpoints.py).
         self.background_saves = background_saves if background_saves is not None else BackgroundSaves()
         self._closed = False
         self._micro_step = 0  # position inside a gradient-accumulation cycle
@@ -147,7 +148,7 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
             if self._meta_rng is None:
                 self._meta_rng = torch.get_rng_state()
 
-        from .parallel.init_trace import recording
+        from ..parallel.init_trace import recording
 
         self._meta_rng = None
         hook = torch.nn.modules.module.register_module_parameter_registration_hook(first_parameter)
@@ -163,7 +164,7 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
         """For a model built inside `meta_device()`: None when `setup` will give it exactly the
         weights an ordinary build would have; else why not, in words (a buffer computed in a
         constructor, an initialisation of the constructor's own, weights tied after both drew)."""
-        from .parallel.meta_check import meta_build_difference
+        from ..parallel.meta_check import meta_build_difference
 
         return meta_build_difference(model, self._meta_built)
 

@@ -7,8 +7,8 @@ import os
 import torch
 
 from .cores import cpu_cores
-from .errors import UsageError
-from .values import AUTO
+from ..foundation.errors import UsageError
+from ..foundation.text_values import AUTO
 
 __all__ = ["cpu_cores", "threads_per_process", "choose_device", "core_set", "pin_cores"]
 

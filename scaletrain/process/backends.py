@@ -11,8 +11,8 @@ import importlib.util
 import torch
 import torch.distributed as dist
 
-from .errors import UsageError
-from .values import AUTO
+from ..foundation.errors import UsageError
+from ..foundation.text_values import AUTO
 
 KNOWN_BACKENDS = ("gloo", "nccl", "mpi", "ccl")
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..allocator import ALLOCATOR_VAR
-from ..errors import UsageError, arg
+from ..memory.allocator import ALLOCATOR_VAR
+from ..foundation.errors import UsageError, arg
 from ..launchers.interrupts import Stopped, signal_name
 from ..measure.rounds import Job, Limits, run_rounds
 from .jobs import ProbeJobs, probe_plan
@@ -137,7 +137,7 @@ def cache_key(request: PlanRequest, device_type: str) -> str:
     across) a probe is valid for."""
     import torch
 
-    from ..steady_memory import wanted
+    from ..memory.steady import wanted
     from ..version import __version__
 
     spec, machine, hosts = request.spec(), request.machine, request.measuring.hosts
@@ -170,7 +170,7 @@ def cached_probes(key: str, say: Optional[Callable[[str], None]] = None) -> Opti
 
 
 def store_probes(key: str, probes: list[Probe]) -> None:
-    from ..files import write_json_atomic
+    from ..foundation.safe_files import write_json_atomic
 
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
