@@ -27,19 +27,19 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
-from .process import process_group
-from .process.backends import choose_backend
 from .checkpoint.background import BackgroundSaves
-from .process.process_context import ProcessContext
-from .foundation.defaults import HANG_TIMEOUT_S
-from .process.devices import choose_device, pin_cores, threads_per_process
-from .process.environment import detect
-from .foundation.errors import UsageError, arg
 from .fault.hang_evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
+from .foundation.defaults import HANG_TIMEOUT_S
+from .foundation.errors import UsageError, arg
 from .memory.meter import MemoryMeter
-from .run.run import Run
 from .memory.steady import make_steady, wanted
+from .process import process_group
+from .process.backends import choose_backend
+from .process.devices import choose_device, pin_cores, threads_per_process
+from .process.environment import detect
+from .process.process_context import ProcessContext
+from .run.run import Run
 from .strategies import Strategy, get_strategy, implied_strategy
 from .track import Trackers, TrackerSpec, check_trackers, open_trackers
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from scaletrain.process.environment import detect, expand_hostlist, parse_tasks_per_node
+from scaletrain.process.environment import detect
+from scaletrain.process.slurm_hostlist import expand_hostlist, parse_tasks_per_node
 from scaletrain.foundation.errors import DetectionError
 
 

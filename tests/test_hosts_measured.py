@@ -12,7 +12,7 @@ from scaletrain.cli.measure_options import hosts_for
 from scaletrain.foundation.errors import UsageError
 from scaletrain.measure.jobs import Hosts, hosts_from_args
 from scaletrain.plan.machine import default_machine
-from scaletrain.plan.probe import Link
+from scaletrain.plan.probe_link import Link
 from scaletrain.plan.scenario import scenario
 
 

@@ -7,7 +7,8 @@ from scaletrain.measure.footprint import Footprint
 from scaletrain.plan import formulas as f
 from scaletrain.plan.costs.data_parallel import ddp_comm
 from scaletrain.plan.predict import predict
-from scaletrain.plan.probe import Compute, Link, Probe, probe_from_dict
+from scaletrain.plan.probe import Compute, Probe, probe_from_dict
+from scaletrain.plan.probe_link import Link
 from scaletrain.plan.scenario import scenario
 from scaletrain.plan.stages import stage_groups
 
@@ -189,10 +190,10 @@ def test_every_parallelism_has_cost_terms_and_one_without_is_refused_in_one_line
     from scaletrain.foundation.errors import UsageError
     from scaletrain.parallel import PARALLELISMS
     from scaletrain.plan import Candidates, Measuring, PlanRequest, Training, make_plan
-    from scaletrain.plan.costs import NoCost, cost_module
+    from scaletrain.plan.costs import NoCost, cost_terms
 
     for parallelism in PARALLELISMS:
-        cost_module(parallelism.name)  # each has its module
+        assert cost_terms(parallelism.name).parallelism == parallelism.name  # each registered its terms
 
     class Uncosted:
         name = "uncosted"
@@ -200,7 +201,7 @@ def test_every_parallelism_has_cost_terms_and_one_without_is_refused_in_one_line
         def enabled(self, config):
             return True
 
-    monkeypatch.setattr("scaletrain.plan.costs.PARALLELISMS", [*PARALLELISMS, Uncosted()])
+    monkeypatch.setattr("scaletrain.plan.costs.registry.PARALLELISMS", [*PARALLELISMS, Uncosted()])
     with pytest.raises(NoCost):
         predict(probe(), "ddp", 2, options())
     request = PlanRequest(Training("synthetic-cnn"), options(), Candidates(("ddp",), (1, 2)),

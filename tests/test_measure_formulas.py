@@ -12,7 +12,8 @@ from scaletrain.foundation.errors import UsageError
 from scaletrain.measure.footprint import Footprint
 from scaletrain.plan import formulas as f
 from scaletrain.plan.predict import predict, predict_all
-from scaletrain.plan.probe import Compute, Link, Probe, link_from_rows
+from scaletrain.plan.probe import Compute, Probe
+from scaletrain.plan.probe_link import Link, link_from_rows
 from scaletrain.plan.machine import Machine
 from scaletrain.plan.scenario import threads_needed
 from scaletrain.plan.verdict import verdicts

@@ -162,7 +162,8 @@ def test_the_measured_fsdp_step_across_the_hosts_is_added_for_the_bytes_gathered
 
     from scaletrain.plan.costs.data_parallel import fsdp_network_seconds
     from scaletrain.plan.predict import predict
-    from scaletrain.plan.probe import Link, MeshStep, probe_from_dict
+    from scaletrain.plan.probe import MeshStep, probe_from_dict
+    from scaletrain.plan.probe_link import Link
 
     from .test_measure_cost_models import probe
     from .test_measure_formulas import _options as options

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..foundation.errors import UsageError
-from ..train.config import TrainConfig
 from ..foundation.text_values import AUTO
+from ..train.config import TrainConfig
 
 #: A choice's measurement: short, since the decision is a small part of a run.
 PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "rounds": 2, "budget_s": 60.0, "max_error": 0.5}

@@ -18,13 +18,13 @@ from pathlib import Path
 
 from ..foundation.defaults import BENCH_BUDGET_S, WORTH_AT_SPEEDUP
 from ..foundation.errors import UsageError
-from .parsing import positive_float, positive_int
-from .perf_options import add_process_memory_arguments, apply_process_memory
+from ..foundation.text_values import AUTO
+from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
 from .measure_options import (add_max_other_load_argument, add_min_seconds_argument, add_model_arguments, batch_size_of,
                               add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies)
-from ..strategies.flags import add_strategy_arguments, strategy_options_from_args
-from ..foundation.text_values import AUTO
+from .parsing import positive_float, positive_int
+from .perf_options import add_process_memory_arguments, apply_process_memory
 
 NAME = "bench"
 HELP = "measure speedup, efficiency, time breakdown and accuracy of strategies against one process"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ..comm.bandwidth import OPS, bus_factor, parse_sizes
 from ..foundation.errors import UsageError
-from .parsing import positive_float, positive_int
 from ..foundation.text_values import AUTO
+from .parsing import positive_float, positive_int
 
 NAME = "comm"
 HELP = "benchmark the collectives (all_reduce, all_gather, ...): time, algorithm and bus bandwidth"

@@ -6,10 +6,10 @@ import argparse
 import json
 import os
 
-from ..process.environment import detect
+from ..fault.durations import RULE
 from ..foundation.defaults import MASTER_PORT, SELF_TEST_TIMEOUT_S
 from ..foundation.errors import UsageError
-from ..fault.durations import RULE
+from ..process.environment import detect
 from .parsing import duration, port, positive_int
 
 NAME = "doctor"

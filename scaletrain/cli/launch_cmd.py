@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..fault.durations import RULE, format_duration
 from ..foundation.defaults import HANG_TIMEOUT_S, MAX_RESTARTS
 from ..foundation.errors import UsageError
-from ..fault.durations import RULE, format_duration
 from .launch_options import add_launch_arguments, launch_settings
 from .parsing import duration, non_negative_int, with_underscores
 from .perf_options import add_process_memory_arguments, apply_process_memory

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..launchers.settings import LaunchSettings
 from ..foundation.options import add_declared_arguments, flags_of, parsed_values
+from ..launchers.settings import LaunchSettings
 
 
 def add_launch_arguments(p: argparse.ArgumentParser, nproc_default: str = "1") -> None:

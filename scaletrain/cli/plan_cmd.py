@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..foundation.defaults import PLAN_PROBE_ROUNDS
 from ..foundation.errors import UsageError
+from ..foundation.text_values import AUTO
 from ..launchers.interrupts import signal_name
 from ..parallel.dims import MESH, MESH_DIMS
 from .measure_options import (add_min_seconds_argument, add_model_arguments, add_noise_arguments,
@@ -25,7 +26,6 @@ from .measure_options import (add_min_seconds_argument, add_model_arguments, add
                               parse_strategies, training_of)
 from .parsing import positive_int
 from .perf_options import add_process_memory_arguments, apply_process_memory
-from ..foundation.text_values import AUTO
 
 NAME = "plan"
 DEFAULT_WORLD_SIZES = "1,2,8,16,64"

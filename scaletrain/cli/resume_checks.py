@@ -11,11 +11,11 @@ from typing import Optional
 
 from ..checkpoint import CHECKPOINTS_DIR, latest_checkpoint
 from ..checkpoint.preflight import check_resumable
-from ..process.environment import DistEnv
 from ..foundation.errors import UsageError
+from ..foundation.text_values import AUTO
+from ..process.environment import DistEnv
 from ..train.config import TrainConfig
 from ..train.report import SUMMARY_FILE
-from ..foundation.text_values import AUTO
 
 
 def check_fault_flags(config: TrainConfig, env: DistEnv) -> None:

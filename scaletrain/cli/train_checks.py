@@ -18,9 +18,9 @@ from ..process.environment import DistEnv
 from ..strategies import get_strategy
 from ..track import check_reachable, check_trackers
 from ..train.config import TrainConfig
-from ..workloads.model_config import workload_for
 from ..workloads.factories import load_factory
 from ..workloads.meta import meta_model
+from ..workloads.model_config import workload_for
 from .outdir import check_out, default_out, refuse_if_held
 from .resume_checks import check_fault_flags, check_resume, out_may_hold_files
 

@@ -17,17 +17,17 @@ import json
 import os
 from dataclasses import asdict, replace
 
-from ..process.devices import cpu_cores
-from ..process.environment import DistEnv, detect
 from ..foundation.errors import UsageError
 from ..memory.allocator import resolve as resolve_allocator
-from ..strategies import REGISTRY
+from ..process.devices import cpu_cores
+from ..process.environment import DistEnv, detect
 from ..process.startup_timeline import mark
+from ..strategies import REGISTRY
 from ..train.config import TrainConfig
 from . import config_file
 from .config_file import CONFIG_FILE
-from .perf_options import apply_process_memory
 from .outdir import create_out, discard_unstarted, hold_out
+from .perf_options import apply_process_memory
 from .resume_checks import describe_resume, out_may_hold_files, resume_on_restart
 from .train_checks import checked, node_rank_of
 from .train_flags import HELP, NAME, add_arguments, build_parser, record  # noqa: F401 (the command's face)

@@ -20,8 +20,8 @@ from dataclasses import replace
 from typing import Optional
 
 from ..foundation.errors import UsageError, as_flags
-from ..launchers.failures import say_usage_error
 from ..foundation.text_values import AUTO
+from ..launchers.failures import say_usage_error
 
 MODULE = __name__
 

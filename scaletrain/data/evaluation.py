@@ -23,8 +23,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data.dataloader import default_collate
 
-from .batches import NO_TARGETS, batch_size_of, compute_loss, move_to, split
 from ..foundation.errors import UsageError, arg
+from .batches import NO_TARGETS, batch_size_of, compute_loss, move_to, split
 from .stream_sharding import ShardedStream
 
 BUILTIN = ("loss", "accuracy", "perplexity")

@@ -8,8 +8,8 @@ from typing import Callable, Optional
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, Sampler
 
-from .batches import move_to
 from ..foundation.errors import UsageError
+from .batches import move_to
 from .stream_sharding import ShardedStream, agreed
 
 

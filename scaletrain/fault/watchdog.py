@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..process.lineage import Lineage
-from .hang_evidence import OpLog
 from .hang_dump import HangEvidence
+from .hang_evidence import OpLog
 
 #: Exit status of a rank that gave up waiting for its peers.
 EXIT_PEER_LOST = 3

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..process import netif
 from ..foundation.defaults import TEARDOWN_GRACE_S
 from ..foundation.errors import UsageError
+from ..process import netif
 from .base import Job, Launcher
 from .failures import RESULT_FILE, frozen_in_teardown, read_records, report
 from .interrupts import Interrupts
-from .node import node_defaults
 from .launch_plan import Plan, Target
+from .node import node_defaults
 from .registry import launcher_for
 from .request import LaunchRequest, rendezvous
 

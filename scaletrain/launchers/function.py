@@ -19,9 +19,9 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..fault.durations import as_seconds
 from ..foundation.defaults import HANG_TIMEOUT_S
 from ..foundation.errors import UsageError
-from ..fault.durations import as_seconds
 from .facade import prepare, run_job
 from .failures import RESULT_FILE
 from .launch_plan import ERROR_DIR_VAR, Plan, Target

@@ -21,8 +21,8 @@ import time
 from datetime import timedelta
 from typing import Callable, Optional
 
-from ..process.environment import DistEnv
 from ..fault.durations import format_duration
+from ..process.environment import DistEnv
 
 # `default_pg/0//cpu//0/<rank>`, under a prefix when the store is torchrun's agent's
 # (`/worker/attempt_<n>/`) or scaletrain's (`scaletrain/restart-<n>/`).

@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from ..process import netif
 from ..foundation.defaults import MASTER_ADDR, MASTER_PORT
 from ..foundation.errors import UsageError
-from ..process.netif import IFNAME_VARS, Choice
 from ..memory.allocator import ALLOCATOR_VARS
 from ..memory.steady import STEADY_MEMORY_VAR
+from ..process import netif
+from ..process.netif import IFNAME_VARS, Choice
 from .base import Job
-from .parent_watch import LAUNCHER_VAR
 from .launch_plan import ERROR_DIR_VAR, TERMINAL_VAR, Command, Plan, rank_argv
+from .parent_watch import LAUNCHER_VAR
 from .ports import free_port
 from .preflight import check_interfaces, check_port_free, check_program, warn_if_oversubscribed
 from .processes import run_command

@@ -11,8 +11,8 @@ import socket
 import sys
 import time
 
-from ..process import netif
 from ..foundation.errors import UsageError
+from ..process import netif
 from .ports import bind_error, free_port
 from .request import LaunchRequest
 

@@ -49,19 +49,19 @@ import runpy  # noqa: E402
 import sys  # noqa: E402
 from typing import Callable, Optional  # noqa: E402
 
-from ..foundation.defaults import HANG_TIMEOUT_S  # noqa: E402
-from ..process.environment import DistEnv, detect  # noqa: E402
-from ..foundation.errors import DetectionError, UsageError  # noqa: E402
 from ..fault.durations import parse_duration  # noqa: E402
+from ..foundation.defaults import HANG_TIMEOUT_S  # noqa: E402
+from ..foundation.errors import DetectionError, UsageError  # noqa: E402
+from ..process.environment import DistEnv, detect  # noqa: E402
+from ..process.startup_timeline import mark as timeline, process_started  # noqa: E402
 from .failures import (mark, note_sigterm, say_usage_error, usage_error_recorded, user_traceback,  # noqa: E402
                        write_record)
 from .interrupts import STOP_STATUSES  # noqa: E402
 from .joining import JoinWatch, exit_after  # noqa: E402
-from .parent_watch import ParentWatch  # noqa: E402
 from .launch_plan import ERROR_DIR_VAR, Target  # noqa: E402
+from .parent_watch import ParentWatch  # noqa: E402
 from .processes import end_descendants  # noqa: E402
 from .teardown import TeardownGuard  # noqa: E402
-from ..process.startup_timeline import mark as timeline, process_started  # noqa: E402
 
 #: Exit status of a rank that gave up waiting for peers that never joined (the same as the
 #: hang watchdog's: a peer is missing).

@@ -3,10 +3,10 @@ adding its module and one line here."""
 
 from __future__ import annotations
 
+from ..foundation.text_values import AUTO
 from . import mpirun, spawn, srun, torchrun
 from .base import Launcher
 from .request import LaunchRequest
-from ..foundation.text_values import AUTO
 
 LAUNCHERS: dict[str, Launcher] = {
     "spawn": spawn.LAUNCHER,

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..fault.durations import RULE, format_duration
 from ..foundation.defaults import CONNECT_TIMEOUT_S, HANG_TIMEOUT_S, MASTER_PORT
 from ..foundation.errors import UsageError
-from ..fault.durations import RULE, format_duration
 from ..foundation.options import option
 from ..foundation.text_values import duration, non_negative_int, port, positive_int, shell_words
+from ..foundation.text_values import AUTO
 from .launch_plan import Target
 from .request import LAUNCHERS, LaunchRequest, SlurmResources, parse_hosts, read_hostfile
-from ..foundation.text_values import AUTO
 
 LAUNCHING = "launching (torchrun's option names; --nproc_per_node spellings work too)"
 SLURM = "Slurm batch script (--launcher srun)"

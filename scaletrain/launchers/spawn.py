@@ -34,8 +34,8 @@ from .base import Job, network_env
 from .failures import signal_summary, write_record
 from .interrupts import Interrupts
 from .launch_plan import Command, Plan, execution_env, rank_argv
-from .processes import descendants, stop_all
 from .preflight import check_interfaces, check_local_master, check_port_free, warn_if_oversubscribed
+from .processes import descendants, stop_all
 from .request import LaunchRequest
 
 # Shown by --dry-run; the executor binds the port when the job starts.

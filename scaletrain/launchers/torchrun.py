@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from ..process import netif
-from ..foundation.defaults import MASTER_ADDR, MASTER_PORT
-from ..process.environment import detect
-from ..foundation.errors import UsageError
 from ..fault.durations import format_duration
+from ..foundation.defaults import MASTER_ADDR, MASTER_PORT
+from ..foundation.errors import UsageError
+from ..process import netif
+from ..process.environment import detect
 from ..process.netif import Choice
 from .base import Job, network_env
 from .launch_plan import RANK_RUNNER, Command, Plan, runner_args

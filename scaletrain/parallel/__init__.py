@@ -42,13 +42,13 @@ from ..foundation.errors import UsageError
 
 from .checkpointing import ActivationCheckpointing
 from .compile import Compile
+from .config import SPLIT, ParallelConfig
 from .context_parallel import ContextParallel
 from .data_parallel import DataParallel
 from .float8 import Float8Training
 from .local_devices import LocalDevices
 from .meta_init import is_meta, materialise
 from .model_state import retarget_optimizer
-from .config import SPLIT, ParallelConfig
 from .part import ModelPart
 from .pipeline import PipelineCut
 from .prepared import Prepared

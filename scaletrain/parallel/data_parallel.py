@@ -22,11 +22,11 @@ import warnings
 import torch
 from torch import nn
 
-from .precision import PRECISIONS
 from .blocks import model_blocks
 from .config import DDP, ParallelConfig
 from .dims import DP_REPLICATE
 from .part import ModelPart
+from .precision import PRECISIONS
 from .topology import Topology
 
 

@@ -22,8 +22,8 @@ from torch import nn
 from ..foundation.errors import UsageError, arg
 from .config import SPLIT, ParallelConfig
 from .part import ModelPart
-from .topology import Topology
 from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
+from .topology import Topology
 
 #: Parts an mp model is cut into on a machine without GPUs.
 DEFAULT_CPU_PARTS = 2

@@ -24,8 +24,8 @@ from ..foundation.errors import UsageError, arg
 from .config import ParallelConfig
 from .dims import PP
 from .part import ModelPart
-from .topology import Topology
 from .splitting import describe_cut, parameter_counts, cut_blocks, split_model
+from .topology import Topology
 
 SCHEDULES = ("gpipe", "1f1b")
 

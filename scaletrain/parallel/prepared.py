@@ -15,11 +15,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..data.batches import NO_TARGETS, call_model, compute_loss, move_to, split
-from .precision import PRECISIONS
 from . import model_state, state
-from .grad_norm import total_norm
 from .config import ParallelConfig
+from .grad_norm import total_norm
 from .part import ModelPart
+from .precision import PRECISIONS
 from .topology import Topology
 
 

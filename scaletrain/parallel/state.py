@@ -21,8 +21,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..process.object_collectives import gather_to_rank0, scatter_from_rank0
 from ..foundation.errors import UsageError
+from ..process.object_collectives import gather_to_rank0, scatter_from_rank0
 from . import model_state
 from .dims import PP
 from .topology import Topology

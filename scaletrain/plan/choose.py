@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..foundation.defaults import WORTH_AT_SPEEDUP
-from ..parallel import PARALLELISMS
 from .constraints import Constraints
-from .costs import cost_module
-from .predict import Prediction, predict
-from .verdict import implausible
-from .probe import Probe
+from .costs import every
 from .machine import Machine
+from .predict import Prediction, predict
+from .probe import Probe
+from .verdict import implausible
 
 #: Room kept below the memory budget: a process's measured peak moves about this much from
 #: the prediction. On a CPU without --steady-memory glibc's heap moves resident memory 10–20%
@@ -61,11 +60,11 @@ def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: b
     those each parallelism's cost module brings (`candidates`), the data-parallel ones first,
     each in every variant a module adds (`variants`: activation checkpointing's modes).
     `sequence`: the tokens of a sequence the model's attention attends over (0: none)."""
-    modules = [cost_module(p.name) for p in reversed(PARALLELISMS)]
-    found = [c for m in modules if hasattr(m, "candidates")
+    costs = list(reversed(every()))
+    found = [c for m in costs if m.candidates is not None
              for c in m.candidates(world_size, batch_size, blocks, tensor_parallel, sequence)]
-    for m in modules:
-        if hasattr(m, "variants"):
+    for m in costs:
+        if m.variants is not None:
             found = [(name, {**options, **extra}) for name, options in found for extra in m.variants()]
     return found
 

@@ -17,7 +17,8 @@ from typing import Optional
 
 from ..measure.failed import measurement_failed
 from .machine import Machine
-from .probe import DdpStep, Link, MeshStep, Probe, measure_link, probe_from_jobs
+from .probe import DdpStep, MeshStep, Probe, probe_from_jobs
+from .probe_link import Link, measure_link
 from .scenario import threads_needed
 
 PROBE_FILE = "probe.json"

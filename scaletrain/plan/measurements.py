@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..memory.allocator import ALLOCATOR_VAR
 from ..foundation.errors import UsageError, arg
 from ..launchers.interrupts import Stopped, signal_name
 from ..measure.rounds import Job, Limits, run_rounds
+from ..memory.allocator import ALLOCATOR_VAR
 from .jobs import ProbeJobs, probe_plan
-from .probe import Probe, load_comm_json, probe_from_dict, probe_problem
+from .probe import Probe, probe_from_dict, probe_problem
+from .probe_link import load_comm_json
 from .request import PlanRequest
 
 PROBE_KEY = "plan's measurements"

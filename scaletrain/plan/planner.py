@@ -20,9 +20,9 @@ from .choose import choose
 from .constraints import check_candidates, constraints_of, left_out_notes
 from .costs import NoCost
 from .predict import Prediction, predict
+from .report import worked_out
 from .request import PlanRequest
 from .result import Plan
-from .report import worked_out
 from .summary import expected_error, median_predictions, median_probe, step_spreads
 from .verdict import error_line, fit_advice, verdicts
 

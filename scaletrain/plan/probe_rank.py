@@ -27,15 +27,16 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from ..memory.allocator import described as described_allocator
 from ..data.batches import split
 from ..measure.clock import Clock
 from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
-from ..train.optimizer import adam
+from ..memory.allocator import described as described_allocator
 from ..parallel.tensor_parallel import declared_plan
+from ..train.optimizer import adam
 from .overheads import fsdp_step_seconds, same_batches, tp_step_seconds
-from .probe import FSDP_OPS
+from .probe_link import FSDP_OPS
+from .probe_model_facts import model_facts
 
 #: Steps whose DDP hook skips the all-reduce (the computation alone).
 LOCAL = "local"
@@ -59,10 +60,6 @@ LINK_ITERS = 200
 #: keeps grows over the first steps (the 134 MB MLP's FSDP process of two under tcmalloc:
 #: 882-947 MiB after 6 steps, 954-965 after 20).
 FSDP_MEMORY_STEPS = 5
-
-#: Blocks are timed on the whole batch and on this share of it (see _model_facts).
-SMALLEST_MICROBATCH_SHARE = 8
-
 
 class _AllReduceSwitch:
     """A DDP communication hook that runs DDP's own all-reduce (torch's default hook) while
@@ -162,76 +159,95 @@ def measure_probe_round(spec: dict) -> dict:
         model = workload.build_model()
         optimizer = adam(model.parameters(), lr=workload.lr)  # the trainer's (bench's too)
         model, optimizer = run.setup(model, optimizer)
-        kind, switch = SYNC, None
-        if run.world_size > 1:
-            # On one process the job is exactly what the one-process run does (its group of
-            # one still passes every bucket through the backend: a cost of its own).
-            if hasattr(model, "register_comm_hook"):
-                switch = _AllReduceSwitch()
-                model.register_comm_hook(switch, _AllReduceSwitch.hook)
-                kind = LOCAL
-            else:  # not wrapped by DDP: steps without gradient synchronisation instead
-                kind = NOSYNC
-
-        def steps_of(step_kind: str, count: int, clock: Clock) -> None:
-            if switch is not None:
-                switch.communicate = step_kind == SYNC
-            timed_steps(run, model, optimizer, batches, loss_fn, [step_kind] * count, clock)
-
-        warming = Clock(run.device)
-        steps_of(kind, spec["warmup"], warming)
-        steps = steps_to_measure(run, warming, kind, spec["steps"], spec["min_seconds"])
-        if switch is not None:
-            steps_of(SYNC, spec["warmup"], Clock(run.device))  # the all-reduce's first calls set it up
-        clock = Clock(run.device)
-        run.barrier()  # every rank measures while the others run
-        if switch is None:
-            steps_of(kind, steps, clock)
-            per_block, kinds = steps, (kind,)
-        else:
-            per_block, kinds = BLOCK_STEPS + 1, (LOCAL, SYNC)
-            for _ in range(-(-steps // BLOCK_STEPS)):
-                for step_kind in kinds:
-                    steps_of(step_kind, per_block, clock)
-        skip_first = switch is not None
-        slowest = {k: _slowest_per_step(_block_values(clock.step_walls(k), per_block, skip_first), run.device)
-                   for k in kinds}
-        parts = [statistics.median(_block_values(clock.intervals(a, b, kind), per_block, skip_first))
-                 for a, b in (("start", "data"), ("data", "fb"), ("fb", "opt"))]
-        parts = run.mean(torch.tensor(parts, dtype=torch.float64)).tolist()
-        result = {**fsdp_memory, "world_size": run.world_size, "threads": run.threads, "device": str(run.device),
-                  "backend": run.backend, "pinned_cores": run.cores, "step_s": statistics.fmean(slowest[kind]),
-                  "data_s": parts[0], "fb_s": parts[1], "optimizer_s": parts[2], "steps": len(slowest[kind])}
-        if switch is not None:
-            result["ddp_step_s"] = statistics.fmean(slowest[SYNC])
-        module = run.unwrap(model)
-        grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
-        if run.world_size > 1 and not spec.get("steps_only"):  # (across hosts: the steps; the links on their own)
-            result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
-            result.update(_ring_facts(module, split(next(batches))[0], run))
-            if declared_plan(module):
-                # Tensor parallel across every process of the job, as it waits in a real run.
-                seconds = tp_step_seconds(workload.build_model, workload.lr, same_batches(batches, run.device), loss_fn,
-                                          run.device, min(steps, spec["steps"]), spec["warmup"], run.world_size)
-                if seconds is not None:  # the ranks wait for each other at every layer: one figure
-                    result["tp_mesh_step_s"] = _mean_over_ranks(run, seconds)
-        elif run.world_size > 1:
-            # Across the hosts, an FSDP step too: its gathers and reduce-scatters cross the
-            # network, on cores the step needs (costs/data_parallel.fsdp_network_seconds).
-            seconds = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
-                                        min(steps, spec["steps"]), spec["warmup"], run.world_size)
-            if seconds is not None:
-                result["fsdp_mesh_step_s"] = _mean_over_ranks(run, seconds)
-        else:
-            result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak(),
-                          allocator=described_allocator())
-            result.update(_model_facts(module, optimizer, batches, spec, loss_fn))
-            for key, measure in (("fsdp_step_s", fsdp_step_seconds), ("tp_step_s", tp_step_seconds)):
-                seconds = measure(workload.build_model, workload.lr, batches, loss_fn, run.device,
-                                  min(steps, spec["steps"]), spec["warmup"])
-                if seconds is not None:
-                    result[key] = seconds
+        timings, steps = _timed_steps(run, model, optimizer, batches, loss_fn, spec)
+        result = {**fsdp_memory, **timings}
+        result.update(_layout_facts(run, workload, model, optimizer, batches, loss_fn, spec, steps, constant))
         return result
+
+
+def _timed_steps(run, model, optimizer, batches, loss_fn, spec: dict) -> tuple[dict, int]:
+    """The job's steps timed: the slowest rank's step, with and (under DDP) without the
+    gradients' all-reduce in alternating blocks, and a step's parts (data, forward and
+    backward, optimizer) over the ranks; with the number of steps measured."""
+    kind, switch = SYNC, None
+    if run.world_size > 1:
+        # On one process the job is exactly what the one-process run does (its group of
+        # one still passes every bucket through the backend: a cost of its own).
+        if hasattr(model, "register_comm_hook"):
+            switch = _AllReduceSwitch()
+            model.register_comm_hook(switch, _AllReduceSwitch.hook)
+            kind = LOCAL
+        else:  # not wrapped by DDP: steps without gradient synchronisation instead
+            kind = NOSYNC
+
+    def steps_of(step_kind: str, count: int, clock: Clock) -> None:
+        if switch is not None:
+            switch.communicate = step_kind == SYNC
+        timed_steps(run, model, optimizer, batches, loss_fn, [step_kind] * count, clock)
+
+    warming = Clock(run.device)
+    steps_of(kind, spec["warmup"], warming)
+    steps = steps_to_measure(run, warming, kind, spec["steps"], spec["min_seconds"])
+    if switch is not None:
+        steps_of(SYNC, spec["warmup"], Clock(run.device))  # the all-reduce's first calls set it up
+    clock = Clock(run.device)
+    run.barrier()  # every rank measures while the others run
+    if switch is None:
+        steps_of(kind, steps, clock)
+        per_block, kinds = steps, (kind,)
+    else:
+        per_block, kinds = BLOCK_STEPS + 1, (LOCAL, SYNC)
+        for _ in range(-(-steps // BLOCK_STEPS)):
+            for step_kind in kinds:
+                steps_of(step_kind, per_block, clock)
+    skip_first = switch is not None
+    slowest = {k: _slowest_per_step(_block_values(clock.step_walls(k), per_block, skip_first), run.device)
+               for k in kinds}
+    parts = [statistics.median(_block_values(clock.intervals(a, b, kind), per_block, skip_first))
+             for a, b in (("start", "data"), ("data", "fb"), ("fb", "opt"))]
+    parts = run.mean(torch.tensor(parts, dtype=torch.float64)).tolist()
+    result = {"world_size": run.world_size, "threads": run.threads, "device": str(run.device),
+              "backend": run.backend, "pinned_cores": run.cores, "step_s": statistics.fmean(slowest[kind]),
+              "data_s": parts[0], "fb_s": parts[1], "optimizer_s": parts[2], "steps": len(slowest[kind])}
+    if switch is not None:
+        result["ddp_step_s"] = statistics.fmean(slowest[SYNC])
+    return result, steps
+
+
+def _layout_facts(run, workload, model, optimizer, batches, loss_fn, spec: dict, steps: int, constant: int) -> dict:
+    """What the job measures beyond its steps, by its layout: on several processes of one
+    machine the links, the ring's facts and tensor parallel across the job; across hosts an
+    FSDP step; on one process its memory, the model's facts and FSDP's and tensor parallel's
+    steps of one process."""
+    result = {}
+    module = run.unwrap(model)
+    grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
+    if run.world_size > 1 and not spec.get("steps_only"):  # (across hosts: the steps; the links on their own)
+        result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
+        result.update(_ring_facts(module, split(next(batches))[0], run))
+        if declared_plan(module):
+            # Tensor parallel across every process of the job, as it waits in a real run.
+            seconds = tp_step_seconds(workload.build_model, workload.lr, same_batches(batches, run.device), loss_fn,
+                                      run.device, min(steps, spec["steps"]), spec["warmup"], run.world_size)
+            if seconds is not None:  # the ranks wait for each other at every layer: one figure
+                result["tp_mesh_step_s"] = _mean_over_ranks(run, seconds)
+    elif run.world_size > 1:
+        # Across the hosts, an FSDP step too: its gathers and reduce-scatters cross the
+        # network, on cores the step needs (costs/data_parallel.fsdp_network_seconds).
+        seconds = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
+                                    min(steps, spec["steps"]), spec["warmup"], run.world_size)
+        if seconds is not None:
+            result["fsdp_mesh_step_s"] = _mean_over_ranks(run, seconds)
+    else:
+        result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak(),
+                      allocator=described_allocator())
+        result.update(model_facts(module, optimizer, batches, spec, loss_fn))
+        for key, measure in (("fsdp_step_s", fsdp_step_seconds), ("tp_step_s", tp_step_seconds)):
+            seconds = measure(workload.build_model, workload.lr, batches, loss_fn, run.device,
+                              min(steps, spec["steps"]), spec["warmup"])
+            if seconds is not None:
+                result[key] = seconds
+    return result
 
 
 def _fsdp_memory(workload, batches, loss_fn, spec: dict, run) -> dict:
@@ -269,49 +285,6 @@ def _ring_facts(module, inputs, run) -> dict:
         return {}
     ratio = run.mean(torch.tensor([ring[cp] * cp / whole], dtype=torch.float64)).item()
     return {"ring_mesh_ratio": ratio}
-
-
-def _model_facts(module, optimizer, batches, spec: dict, loss_fn) -> dict:
-    """Bytes of the model and the time of each of its units (what pipeline stages are cut
-    from), in this (one-process) job."""
-    from ..measure.footprint import measure_footprint, model_units
-    from .block_times import block_seconds
-
-    inputs, targets = next(batches)
-    footprint = measure_footprint(module, optimizer, inputs, targets, loss_fn)
-    # The smallest micro-batch a plan predicts (a pipeline's 4 × its stages, 2 stages of 2
-    # processes: an eighth of the batch), so that every other size lies between it and the
-    # whole batch: a line through two sizes drawn beyond them turned a block's measured noise
-    # into a micro-batch of 8 predicted anywhere from 49 to 156 ms a step.
-    micro = max(1, len(targets) // (spec.get("microbatches") or SMALLEST_MICROBATCH_SHARE))
-    runs, units = model_units(module)
-    # And at the halvings of the batch in between: a block's time does not follow one line
-    # from the micro-batch to the batch (stages.block_times_at).
-    between = [n for n in (len(targets) >> k for k in range(1, 8)) if micro < n < len(targets)]
-
-    def times(n: int) -> list[float]:
-        return block_seconds(module, runs, inputs[:n], targets[:n], loss_fn)
-
-    found = {"footprint": footprint.as_dict(), "block_s": times(len(targets)), "block_micro_s": times(micro),
-             "microbatch_size": micro, "block_sizes_s": [[n, times(n)] for n in between]}
-    if footprint.attention_kv_bytes_per_sample:  # what context parallel's ring would cost its arithmetic
-        from ..measure.attention import attention_seconds
-
-        whole, ring = attention_seconds(module, inputs)
-        found.update(attention_fraction=whole / max(1e-9, sum(found["block_s"])),
-                     ring_ratio={cp: seconds * cp / whole for cp, seconds in ring.items()})
-    threads = torch.get_num_threads()
-    if threads > 1:
-        # The same on one thread, what a pipeline stage of a crowded machine has: a block's
-        # time does not shrink with threads alike at every size (the CNN's first blocks on 16
-        # samples took 1.7× as long on one thread as on two, on 32 samples 1.56×).
-        torch.set_num_threads(1)
-        try:
-            found["block_one_thread_s"] = [[n, times(n)] for n in sorted({micro, *between, len(targets)})]
-        finally:
-            torch.set_num_threads(threads)
-    return {**found,
-            "block_params": [sum(p.numel() for m in unit for p in m.parameters()) for unit in units]}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

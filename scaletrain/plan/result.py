@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .choose import Choice
-from .measurements import Measured
 from .machine import Machine
+from .measurements import Measured
 from .predict import Prediction
 from .probe import Probe
 from .report import WorkedOut

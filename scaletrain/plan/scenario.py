@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .machine import Machine
-from .probe import Compute, Link, Probe
+from .probe import Compute, Probe
+from .probe_link import Link
 
 
 @dataclass(frozen=True)

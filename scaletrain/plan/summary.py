@@ -11,7 +11,8 @@ from typing import Optional
 from ..measure.spread import Spread, ratio_spread
 from ..parallel.dims import MESH_DIMS
 from .predict import Prediction
-from .probe import Compute, Link, Probe
+from .probe import Compute, Probe
+from .probe_link import Link
 
 _MEDIAN_FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "step_s", "samples_per_s", "speedup", "efficiency",
                   "memory_bytes")

@@ -6,9 +6,9 @@ import os
 
 import torch
 
-from .cores import cpu_cores
 from ..foundation.errors import UsageError
 from ..foundation.text_values import AUTO
+from .cores import cpu_cores
 
 __all__ = ["cpu_cores", "threads_per_process", "choose_device", "core_set", "pin_cores"]
 

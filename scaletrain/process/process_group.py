@@ -8,8 +8,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import netif
 from ..foundation.defaults import HANG_TIMEOUT_S
+from . import netif
 from .environment import DistEnv
 
 DEFAULT_TIMEOUT = timedelta(seconds=HANG_TIMEOUT_S)

@@ -3,8 +3,9 @@
 A Run is complete when it is constructed: `init` resolves the environment, the strategy, the
 device, the backend, the threads, the process group, hang detection, the memory meter and the
 trackers first, and hands them all over. What a Run does is in the class (who it is, its
-topology, setting models up, loaders, the step loop's calls, evaluation) and in its facets,
-each a module of its own: collectives (run/collectives.py), checkpoints (run/checkpoints.py),
+topology, setting models up, loaders, evaluation) and in its facets, each a module of its own:
+the step loop's calls (run/step_loop.py), building a model on the meta device
+(run/meta_build.py), collectives (run/collectives.py), checkpoints (run/checkpoints.py),
 records — trackers and printing — (run/records.py), memory (run/memory.py).
 """
 
@@ -17,31 +18,32 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from ..data import evaluation
-from ..process import process_group
-from ..data.batches import NO_TARGETS
 from ..checkpoint.background import BackgroundSaves
-from ..process.process_context import ProcessContext
+from ..data import evaluation
 from ..data.loaders import ShardedLoader
-from ..process.environment import DistEnv
-from ..foundation.errors import UsageError
 from ..fault.watchdog import Watchdog
+from ..foundation.errors import UsageError
 from ..memory.meter import MemoryMeter
 from ..parallel import ModelPart, Prepared, Topology
 from ..parallel.precision import LossScaler
+from ..process import process_group
+from ..process.environment import DistEnv
+from ..process.process_context import ProcessContext
+from ..strategies import Strategy
+from ..track import Trackers
 from .checkpoints import RunCheckpoints
 from .collectives import RunCollectives
 from .memory import RunMemory
+from .meta_build import RunMetaBuild
 from .records import RunRecords
-from ..strategies import Strategy
-from ..track import Trackers
+from .step_loop import RunStepLoop
 
 
-class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
+class Run(RunStepLoop, RunMetaBuild, RunCollectives, RunCheckpoints, RunRecords, RunMemory):
     """One process's view of a distributed training run, complete from its construction
-    (`init` resolves everything first): who it is, its topology, the step loop's calls, and its
-    facets — collectives, checkpoints, records (trackers, printing), memory — each in a module
-    of its own."""
+    (`init` resolves everything first): who it is, its topology, setting models up, loaders and
+    evaluation, and its facets — the step loop's calls, meta-device builds, collectives,
+    checkpoints, records (trackers, printing), memory — each in a module of its own."""
 
     def __init__(self, env: DistEnv, strategy: Strategy, ctx: ProcessContext, topology: Topology, seed: int, *,
                  owns_group: bool, cores: Optional[list[int]], watchdog: Optional[Watchdog], memory: MemoryMeter,
@@ -131,43 +133,6 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
             return prepared.model, prepared.optimizer, scheduler
         return prepared.model if optimizer is None else (prepared.model, prepared.optimizer)
 
-    @contextlib.contextmanager
-    def meta_device(self):
-        """Build a model inside this block and it holds no memory until `run.setup` gives each
-        process its share of it: for models larger than one process. The random state the
-        build starts drawing from is kept, so that setup initialises the model exactly as
-        building it here on a real device would have.
-
-            with run.meta_device():
-                model = MyModel()                     # shapes only
-            model, optimizer = run.setup(model, torch.optim.AdamW(model.parameters()))
-        """
-        def first_parameter(module, name, param):
-            # The state before the first module draws its initial weights: after any seeding
-            # the building code does itself (a factory that calls torch.manual_seed first).
-            if self._meta_rng is None:
-                self._meta_rng = torch.get_rng_state()
-
-        from ..parallel.init_trace import recording
-
-        self._meta_rng = None
-        hook = torch.nn.modules.module.register_module_parameter_registration_hook(first_parameter)
-        try:
-            # Recorded (meta kernels only), so that setup can tell whether replaying the
-            # modules' initialisation reproduces this build (parallel/meta_check.py).
-            with torch.device("meta"), recording() as self._meta_built:
-                yield
-        finally:
-            hook.remove()
-
-    def meta_init_difference(self, model: nn.Module) -> Optional[str]:
-        """For a model built inside `meta_device()`: None when `setup` will give it exactly the
-        weights an ordinary build would have; else why not, in words (a buffer computed in a
-        constructor, an initialisation of the constructor's own, weights tied after both drew)."""
-        from ..parallel.meta_check import meta_build_difference
-
-        return meta_build_difference(model, self._meta_built)
-
     def prepared(self, model: nn.Module, training: bool = True) -> Prepared:
         """The strategy's per-run state for a model that `setup` returned. A model never
         given to `setup` is used as it is: evaluated, or trained by one process; several
@@ -202,114 +167,6 @@ class Run(RunCollectives, RunCheckpoints, RunRecords, RunMemory):
                              shuffle=shuffle,
                              drop_last=drop_last, seed=self.seed if seed is None else seed,
                              device=self.device, watch=self.watch, **loader_kwargs)
-
-    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, targets: Any = NO_TARGETS,
-                   loss_fn: Optional[Callable] = None, *, scheduler: Any = None,
-                   max_grad_norm: Optional[float] = None) -> torch.Tensor:
-        """zero_grad, forward, backward (gradients synchronised), clipping, optimizer step,
-        for one batch: `(inputs, targets)` (or `inputs, targets` as two arguments), a mapping
-        passed as `model(**batch)`, or a tensor. The loss is `loss_fn(output, ...)` when
-        given, else the model's own (`output.loss`). Returns the loss as a detached tensor:
-        no host synchronisation in the hot loop. `scheduler` steps after the optimizer;
-        `max_grad_norm` clips the gradients' norm first (see `clip_grad_norm`).
-
-        With `grad_accum=N` a call is one micro-step: the optimizer steps on every N-th call,
-        the N-1 before it accumulate gradients without synchronising them (each loss scaled
-        by 1/N), so N calls on batches of B equal one step on a batch of N*B.
-
-        It is `accumulate`, `backward`, `clip_grad_norm` and `step`, the calls a
-        hand-written loop uses; the forward and backward are the strategy's (a pipeline
-        runs them on its schedule)."""
-        with self.watch("train step"):
-            if self._micro_step == 0:
-                optimizer.zero_grad(set_to_none=True)
-            with self.accumulate(model):
-                scale = self.scaler.factor() / self.strategy.grad_accum
-                loss = self.prepared(model).forward_backward(batch, targets, loss_fn, scale=scale)
-            if max_grad_norm is not None:
-                self.clip_grad_norm(model, max_grad_norm)
-            self.step(optimizer, scheduler)
-        return loss
-
-    # -- the calls of a hand-written loop -----------------------------------------------
-    def accumulate(self, model: nn.Module):
-        """Context around a micro-step's forward and backward: gradients are not
-        synchronised inside it, except on the last micro-step of an accumulation cycle
-        (`grad_accum=N`), whose backward synchronises everything accumulated. Entering it
-        on a cycle's first micro-step clears the gradients the previous step left (they stay
-        readable until then)."""
-        prepared = self.prepared(model)
-        if self._micro_step == 0:
-            for parameter in prepared.model.parameters():
-                parameter.grad = None
-        if self.stepping:
-            return contextlib.nullcontext()
-        return prepared.no_sync()
-
-    @property
-    def stepping(self) -> bool:
-        """True on the micro-step after which the optimizer steps (always, without accumulation)."""
-        return self._micro_step == self.strategy.grad_accum - 1
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """loss.backward(), with the loss divided by the accumulation's micro-steps and, for
-        fp16, multiplied by the gradient scaler's factor. Under pipeline, forward and
-        backward run on the strategy's schedule: use `train_step` or `forward_backward`."""
-        self.scaler.scale(loss / self.strategy.grad_accum).backward()
-
-    def clip_grad_norm(self, model: nn.Module, max_norm: float, norm_type: float = 2.0) -> Optional[torch.Tensor]:
-        """Scales the gradients of `model` down so that their norm — the whole model's, as one
-        process would compute it: across FSDP's shards and a pipeline's stages — is at most
-        `max_norm`. Returns that norm (before clipping), or None on an accumulation
-        micro-step, where the gradient is not complete and nothing is done. With fp16 the
-        gradients are unscaled first."""
-        if not self.stepping:
-            return None
-        prepared = self.prepared(model)
-        if prepared.optimizer is not None:
-            self.scaler.unscale(prepared.optimizer)
-        elif self.scaler.enabled:
-            raise UsageError("clip_grad_norm under fp16 needs the optimizer: give it to run.setup(model, optimizer)")
-        parameters = [p for p in prepared.model.parameters() if p.grad is not None]
-        norm = prepared.grad_norm(parameters, norm_type)
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
-        return norm
-
-    def step(self, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> bool:
-        """Ends a micro-step: on the last one of an accumulation cycle (every one, without
-        accumulation) the optimizer steps (fp16: through the gradient scaler, which skips a
-        step whose gradients overflowed) and `scheduler` steps. Counts the step for
-        checkpoints and hang reports. Returns True when it stepped."""
-        stepped = self.stepping
-        if stepped:
-            self.scaler.step(optimizer)
-            self.scaler.update()
-            if scheduler is not None:
-                scheduler.step()
-        self._micro_step = (self._micro_step + 1) % self.strategy.grad_accum
-        self.steps_taken += 1
-        if self._watchdog is not None:
-            self._watchdog.step = self.steps_taken
-        return stepped
-
-    def resume_at(self, steps_taken: int) -> None:
-        """Continue counting from `steps_taken` (a checkpoint loaded: its step)."""
-        self.steps_taken = steps_taken
-
-    def forward_backward(self, model: nn.Module, batch: Any, targets: Any = NO_TARGETS,
-                         loss_fn: Optional[Callable] = None, scale: float = 1.0) -> torch.Tensor:
-        """Forward and backward only (gradients synchronised unless inside `no_sync`): the
-        middle of `train_step`, for loops that time or accumulate the parts themselves."""
-        return self.prepared(model).forward_backward(batch, targets, loss_fn, scale)
-
-    def no_sync(self, model: nn.Module):
-        """Context for gradient accumulation: backward inside it does not communicate;
-        the first backward outside it synchronises everything accumulated."""
-        return self.prepared(model).no_sync()
-
-    def accumulation_position(self) -> tuple[int, int]:
-        """(micro-steps done in the current accumulation cycle, micro-steps per optimizer step)."""
-        return self._micro_step, self.strategy.grad_accum
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         """The user's module inside whatever wrapper the strategy added (a pipeline stage:

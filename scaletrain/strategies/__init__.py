@@ -13,9 +13,9 @@ from ..parallel.dims import MESH_DIMS, PP, TP
 from .auto import AutoStrategy
 from .base import CommonOptions, MeshOptions, Strategy
 from .ddp import DDPStrategy
+from .ddp_mp import DDPModelParallelStrategy
 from .dp import DataParallelStrategy
 from .fsdp import FSDPStrategy
-from .ddp_mp import DDPModelParallelStrategy
 from .mp import ModelParallelStrategy
 from .pipeline import PipelineStrategy
 from .single import SingleStrategy

@@ -24,15 +24,15 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch import nn
 
-from ..process.process_context import ProcessContext
 from ..foundation.errors import UsageError, arg
 from ..foundation.options import build, check_choice, check_count, declared, option, spellings
+from ..foundation.text_values import factory_name, positive_int, reshard_value
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
+from ..parallel.checkpointing import MODES as AC_MODES
 from ..parallel.dims import BY_NAME, CP, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
 from ..parallel.float8 import check_float8
 from ..parallel.precision import PRECISIONS
-from ..parallel.checkpointing import MODES as AC_MODES
-from ..foundation.text_values import factory_name, positive_int, reshard_value
+from ..process.process_context import ProcessContext
 
 
 @dataclass(frozen=True)

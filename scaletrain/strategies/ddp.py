@@ -8,10 +8,10 @@ from typing import Optional
 
 from ..foundation.errors import arg
 from ..foundation.options import check_choice, check_count, option
+from ..foundation.text_values import positive_float, positive_int
 from ..parallel.config import DDP
 from ..parallel.ddp_compression import COMPRESSIONS
 from ..parallel.dims import DP_REPLICATE, DP_SHARD, PP, TP
-from ..foundation.text_values import positive_float, positive_int
 from .base import CommonOptions, Strategy
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..foundation.options import option
+from ..foundation.text_values import positive_int
 from ..parallel.config import REPLICATE
 from ..parallel.local_devices import replicas_here, visible_gpus
-from ..foundation.text_values import positive_int
 from .base import CommonOptions, Strategy
 
 

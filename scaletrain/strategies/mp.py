@@ -9,10 +9,10 @@ from typing import Optional
 
 from ..foundation.errors import UsageError, arg
 from ..foundation.options import check_count, option
+from ..foundation.text_values import name_list, positive_int
 from ..parallel.config import SPLIT
 from ..parallel.local_devices import split_parts
 from ..parallel.splitting import parse_split_points, cut_blocks
-from ..foundation.text_values import name_list, positive_int
 from .base import CommonOptions, Strategy
 
 SPLIT_POINTS_HELP = "blocks at which a new part starts (e.g. conv2,fc1) instead of the automatic split that " \

@@ -16,11 +16,11 @@ from typing import Optional
 
 from ..foundation.errors import UsageError, arg
 from ..foundation.options import check_choice, check_count, option
+from ..foundation.text_values import name_list, positive_int
 from ..parallel.config import FSDP
 from ..parallel.dims import DP_REPLICATE, PP
 from ..parallel.pipeline import SCHEDULES
 from ..parallel.splitting import parse_split_points, cut_blocks
-from ..foundation.text_values import name_list, positive_int
 from .base import MeshOptions, Strategy, degree
 from .mp import SPLIT_POINTS_HELP
 

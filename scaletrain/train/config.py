@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from ..fault.durations import RULE, format_duration
 from ..foundation.defaults import (
     BENCH_MAX_OTHER_CORES,
     HANG_TIMEOUT_S,
@@ -31,13 +32,12 @@ from ..foundation.defaults import (
     LOG_EVERY_STEPS,
     MAX_RESTARTS,
 )
-from ..fault.durations import RULE, format_duration
-from ..launchers.settings import LaunchSettings
 from ..foundation.options import flag_values, option, parsed_values
-from ..memory.allocator import ALLOCATOR_HELP, NAMES as ALLOCATOR_NAMES
-from ..memory.steady import STEADY_MEMORY_HELP
 from ..foundation.text_values import duration, non_negative_int, positive_float, positive_int
 from ..foundation.text_values import AUTO
+from ..launchers.settings import LaunchSettings
+from ..memory.allocator import ALLOCATOR_HELP, NAMES as ALLOCATOR_NAMES
+from ..memory.steady import STEADY_MEMORY_HELP
 
 MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's seeds are 32-bit; torch's would take more
 

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import torch
 
-from ..version import __version__
-from ..memory.allocator import described as described_allocator
 from ..api import init
 from ..data.batches import batch_size_of
-from ..parallel.meta_init import uninitialisable
 from ..foundation.errors import UsageError, arg
+from ..foundation.text_values import AUTO
+from ..memory.allocator import described as described_allocator
+from ..parallel.meta_init import uninitialisable
 from ..process.startup_time import command_age
 from ..process.startup_timeline import mark
+from ..version import __version__
 from ..workloads.model_config import workload_for
 from ..workloads.tasks import check_targets, derive, first_sample, get_task
 from .checkpoints import TrainerCheckpoints
@@ -28,7 +29,6 @@ from .optimizer import adam
 from .report import Reporter
 from .steps import StepRecorder
 from .utilisation import Utilisation
-from ..foundation.text_values import AUTO
 
 
 def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
@@ -38,133 +38,172 @@ def train(config: TrainConfig, out: Path, resume_checked: bool = False) -> dict:
     started = time.perf_counter()
     mark("rank: train")
     workload = workload_for(config)
-    lr = config.lr if config.lr is not None else workload.lr
     with init(strategy=config.strategy, backend=config.backend, device=config.device, threads=config.threads,
               seed=config.seed, timeout=timedelta(seconds=config.timeout_seconds) if config.timeout_seconds else None,
               pin=config.pin_cores, trackers=config.trackers, tracker_dir=out, dump_dir=out,
               **config.strategy_options) as run:
         mark("rank: process group")
-        train_set, held_out = workload.build_datasets(config.seed)
+        trainer = Trainer(run, config, workload, out, resume_checked, started)
+        trainer.train()
+        return trainer.finish()
+
+
+class Trainer:
+    """One rank's training: set up once (data, task, model, loader, records, checkpoints —
+    resumed where one is found), then its epochs of steps, each ended by an evaluation, then
+    its summary."""
+
+    def __init__(self, run, config: TrainConfig, workload, out: Path, resume_checked: bool, started: float):
+        self.run, self.config, self.workload, self.started = run, config, workload, started
+        self.lr = config.lr if config.lr is not None else workload.lr
+        self.train_set, self.held_out = workload.build_datasets(config.seed)
         mark("rank: data built")
-        sample = first_sample(train_set)
-        task = get_task(config.task_name or workload.task or derive(sample))
-        check_targets(task, sample)  # every rank alike, before anything waits for a peer
+        sample = first_sample(self.train_set)
+        self.task = get_task(config.task_name or workload.task or derive(sample))
+        check_targets(self.task, sample)  # every rank alike, before anything waits for a peer
         with fits_in_memory(run):
             model = build_model(run, workload, config.meta_init)
-            optimizer = adam(model.parameters(), lr=lr)
+            optimizer = adam(model.parameters(), lr=self.lr)
             mark("rank: model built")
-            model, optimizer = run.setup(model, optimizer)
+            self.model, self.optimizer = run.setup(model, optimizer)
             mark("rank: model set up")
-        loader = run.loader(train_set, batch_size=config.batch_size, shuffle=True)
-        epochs, last_step = training_length(config, workload.epochs, len(loader), run.strategy.grad_accum)
-        reporter = Reporter(run.is_main, out, run.trackers)
-        global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum  # samples per optimizer step
-        reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} thread(s), "
-                     f"{run.backend} on {run.device}; {workload.name} ({task.name}), global batch {global_batch}, "
-                     f"{epochs} epoch(s)")
-        if run.trackers:
-            reporter.say(f"scaletrain: tracking with {run.trackers.describe()}")
-        run.log_config({**config.as_dict(), "epochs": epochs, "lr": lr, "task": task.name, "world_size": run.world_size,
-                        "global_batch_size": global_batch, "workload_name": workload.name})
-
-        checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints, config.resume,
-                                         reporter.say, config.checkpoint_layout, notes_shown=resume_checked,
-                                         asynchronous=config.checkpoint_async)
-        start = checkpoints.resume(model, optimizer, loader, epochs)
-        finite = checkpoints.finite = NonFiniteGuard(run, model, config.log_every_steps, config.allow_nonfinite, lr,
-                                                     run.steps_taken, reporter.say)
-        if reporter.start_at(run.steps_taken, start["epoch"]):  # metrics.jsonl never holds a step or epoch twice
+        self.loader = run.loader(self.train_set, batch_size=config.batch_size, shuffle=True)
+        self.epochs, self.last_step = training_length(config, workload.epochs, len(self.loader),
+                                                      run.strategy.grad_accum)
+        self.reporter = Reporter(run.is_main, out, run.trackers)
+        # samples per optimizer step
+        self.global_batch = config.batch_size * run.data_parallel_size * run.strategy.grad_accum
+        self._announce()
+        self.checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints,
+                                              config.resume, self.reporter.say, config.checkpoint_layout,
+                                              notes_shown=resume_checked, asynchronous=config.checkpoint_async)
+        self.start = self.checkpoints.resume(self.model, self.optimizer, self.loader, self.epochs)
+        self.finite = self.checkpoints.finite = NonFiniteGuard(run, self.model, config.log_every_steps,
+                                                               config.allow_nonfinite, self.lr, run.steps_taken,
+                                                               self.reporter.say)
+        if self.reporter.start_at(run.steps_taken, self.start["epoch"]):  # metrics.jsonl never holds a step twice
             run.trackers.resumed(run.steps_taken)
-
-        def wall() -> float:  # the run's time so far, across resumes
-            return reporter.wall_offset + time.perf_counter() - started
-
-        recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, last_step,
-                                run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
-        utilisation = Utilisation(run, global_batch)  # FLOPs counted on the second step, MFU
-        train_seconds, trained_samples, startup_seconds, record = 0.0, 0.0, None, {}
-        if run.steps_taken >= last_step:
+        self.recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, self.last_step,
+                                     run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
+        self.utilisation = Utilisation(run, self.global_batch)  # FLOPs counted on the second step, MFU
+        self.train_seconds, self.trained_samples, self.startup_seconds, self.record = 0.0, 0.0, None, {}
+        self.totals = {"loss_sum": 0.0, "steps": 0, "samples": 0}  # the epoch's running totals
+        if run.steps_taken >= self.last_step:
             done = run.steps_taken // run.strategy.grad_accum
             raise UsageError(f"the checkpoint resumed is at optimizer step {done}, where this run would stop; give "
                              f"{arg('max_steps', done + 1)} or more (or more {arg('epochs')}) to train it further")
-        for epoch in range(start["epoch"], epochs + 1):
-            if run.steps_taken >= last_step:  # --max-steps reached
-                break
-            loss_sum = torch.full((), start["loss_sum"], device=run.device)
-            steps, samples = start["steps"], start["samples"]
-            recorder.begin_epoch(start["loss_sum"], steps, samples)
-            start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
-            epoch_start = time.perf_counter()
-            in_epoch = min(len(loader), last_step - (epoch - 1) * len(loader))
-            with reporter.progress(in_epoch, f"epoch {epoch}/{epochs}") as advance:
-                for batch in loader:
-                    if run.steps_taken >= last_step:
-                        break
-                    # The loss stays a tensor: no host synchronisation (.item()) per step.
-                    with utilisation.step(run.steps_taken, batch_size_of(batch)):
-                        loss = run.train_step(model, optimizer, batch, loss_fn=task.loss_fn,
-                                              max_grad_norm=config.clip_grad_norm)
-                    loss_sum += loss
-                    finite.track(loss, run.steps_taken)
-                    if startup_seconds is None:  # from the user's command, not from train()
-                        startup_seconds = command_age(run.env) or time.perf_counter() - started
-                        mark("rank: first step done")
-                    steps += 1
-                    samples += batch_size_of(batch)
-                    advance()
-                    if finite.due(run.steps_taken):  # every rank at the same step: a collective
-                        finite.check(run.steps_taken)
-                    if run.is_main and recorder.due(run.steps_taken):
-                        record = recorder.record(run.steps_taken, epoch, epochs, loss_sum, steps, samples,
-                                                 optimizer.param_groups[0].get("lr"))
-                        reporter.step({**record, **utilisation.fields(record["samples_per_second"]),
-                                       "wall_seconds": wall(), "memory_bytes": run.memory.current()})
-                    checkpoints.after_step(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps,
-                                                                      "samples": samples})
-            seconds = time.perf_counter() - epoch_start - utilisation.take_paused()
-            epoch_samples = run.sum(float(samples)) * run.data_parallel_size / run.world_size
-            train_seconds += seconds
-            trained_samples += epoch_samples
-            finite.check(run.steps_taken)
-            evaluation = run.evaluate(model, held_out, batch_size=config.eval_batch_size, loss_fn=task.loss_fn,
-                                      metrics=task.metrics)
-            record = {"kind": "epoch", "epoch": epoch, "epochs": epochs, "step": run.steps_taken,
-                      "train_loss": run.mean(loss_sum / max(steps, 1)).item(),
-                      **{f"eval_{name}": evaluation[name] for name in task.metrics},
-                      "eval_samples": evaluation["count"], "samples_per_second": epoch_samples / seconds,
-                      "epoch_seconds": seconds, "lr": optimizer.param_groups[0].get("lr"), "wall_seconds": wall()}
-            reporter.epoch(record)
-        checkpoints.at_end(model, optimizer, loader, {"loss_sum": loss_sum, "steps": steps, "samples": samples})
-        checkpoints.finish()
 
+    def _announce(self) -> None:
+        run, config = self.run, self.config
+        self.reporter.say(f"scaletrain: {run.strategy.name} on {run.world_size} process(es) × {run.threads} "
+                          f"thread(s), {run.backend} on {run.device}; {self.workload.name} ({self.task.name}), "
+                          f"global batch {self.global_batch}, {self.epochs} epoch(s)")
+        if run.trackers:
+            self.reporter.say(f"scaletrain: tracking with {run.trackers.describe()}")
+        run.log_config({**config.as_dict(), "epochs": self.epochs, "lr": self.lr, "task": self.task.name,
+                        "world_size": run.world_size, "global_batch_size": self.global_batch,
+                        "workload_name": self.workload.name})
+
+    def wall(self) -> float:
+        """The run's time so far, across resumes."""
+        return self.reporter.wall_offset + time.perf_counter() - self.started
+
+    def train(self) -> None:
+        for epoch in range(self.start["epoch"], self.epochs + 1):
+            if self.run.steps_taken >= self.last_step:  # --max-steps reached
+                break
+            self._epoch(epoch)
+        self.checkpoints.at_end(self.model, self.optimizer, self.loader, self.totals)
+        self.checkpoints.finish()
+
+    def _epoch(self, epoch: int) -> None:
+        """One epoch's steps (from where a resumed one stopped), then its evaluation."""
+        run, start = self.run, self.start
+        self.totals = {"loss_sum": torch.full((), start["loss_sum"], device=run.device), "steps": start["steps"],
+                       "samples": start["samples"]}
+        self.recorder.begin_epoch(start["loss_sum"], start["steps"], start["samples"])
+        self.start = {"loss_sum": 0.0, "steps": 0, "samples": 0}
+        epoch_start = time.perf_counter()
+        in_epoch = min(len(self.loader), self.last_step - (epoch - 1) * len(self.loader))
+        with self.reporter.progress(in_epoch, f"epoch {epoch}/{self.epochs}") as advance:
+            for batch in self.loader:
+                if run.steps_taken >= self.last_step:
+                    break
+                self._step(batch, epoch)
+                advance()
+        seconds = time.perf_counter() - epoch_start - self.utilisation.take_paused()
+        epoch_samples = run.sum(float(self.totals["samples"])) * run.data_parallel_size / run.world_size
+        self.train_seconds += seconds
+        self.trained_samples += epoch_samples
+        self.finite.check(run.steps_taken)
+        self._evaluate(epoch, seconds, epoch_samples)
+
+    def _step(self, batch, epoch: int) -> None:
+        run, totals = self.run, self.totals
+        # The loss stays a tensor: no host synchronisation (.item()) per step.
+        with self.utilisation.step(run.steps_taken, batch_size_of(batch)):
+            loss = run.train_step(self.model, self.optimizer, batch, loss_fn=self.task.loss_fn,
+                                  max_grad_norm=self.config.clip_grad_norm)
+        totals["loss_sum"] += loss
+        self.finite.track(loss, run.steps_taken)
+        if self.startup_seconds is None:  # from the user's command, not from train()
+            self.startup_seconds = command_age(run.env) or time.perf_counter() - self.started
+            mark("rank: first step done")
+        totals["steps"] += 1
+        totals["samples"] += batch_size_of(batch)
+        if self.finite.due(run.steps_taken):  # every rank at the same step: a collective
+            self.finite.check(run.steps_taken)
+        if run.is_main and self.recorder.due(run.steps_taken):
+            record = self.recorder.record(run.steps_taken, epoch, self.epochs, totals["loss_sum"], totals["steps"],
+                                          totals["samples"], self.optimizer.param_groups[0].get("lr"))
+            self.reporter.step({**record, **self.utilisation.fields(record["samples_per_second"]),
+                                "wall_seconds": self.wall(), "memory_bytes": run.memory.current()})
+        self.checkpoints.after_step(self.model, self.optimizer, self.loader, totals)
+
+    def _evaluate(self, epoch: int, seconds: float, epoch_samples: float) -> None:
+        run, task, totals = self.run, self.task, self.totals
+        evaluation = run.evaluate(self.model, self.held_out, batch_size=self.config.eval_batch_size,
+                                  loss_fn=task.loss_fn, metrics=task.metrics)
+        self.record = {"kind": "epoch", "epoch": epoch, "epochs": self.epochs, "step": run.steps_taken,
+                       "train_loss": run.mean(totals["loss_sum"] / max(totals["steps"], 1)).item(),
+                       **{f"eval_{name}": evaluation[name] for name in task.metrics},
+                       "eval_samples": evaluation["count"], "samples_per_second": epoch_samples / seconds,
+                       "epoch_seconds": seconds, "lr": self.optimizer.param_groups[0].get("lr"),
+                       "wall_seconds": self.wall()}
+        self.reporter.epoch(self.record)
+
+    def finish(self) -> dict:
+        """The run's summary (summary.json), written and shown."""
+        run, config, record = self.run, self.config, self.record
+        rate = self.trained_samples / self.train_seconds
         summary = {
             **run.describe(),
-            "workload": workload.name,
-            "epochs": epochs,
+            "workload": self.workload.name,
+            "epochs": self.epochs,
             "optimizer_steps": run.steps_taken // run.strategy.grad_accum,
             **({"auto_choice": config.auto_choice} if config.auto_choice else {}),
             "max_steps": config.max_steps,
             "batch_size_per_process": config.batch_size,
-            "global_batch_size": global_batch,
-            "lr": lr,
+            "global_batch_size": self.global_batch,
+            "lr": self.lr,
             "seed": config.seed,
-            "task": task.name,
-            **{f"final_{name}": record[f"eval_{name}"] for name in task.metrics},
+            "task": self.task.name,
+            **{f"final_{name}": record[f"eval_{name}"] for name in self.task.metrics},
             "final_train_loss": record["train_loss"],
             "eval_samples": record["eval_samples"],
-            "train_samples": len(train_set),
-            "samples_per_second": trained_samples / train_seconds,
-            "train_seconds": train_seconds,
-            **utilisation.summary(trained_samples / train_seconds),
-            "startup_seconds": startup_seconds,
+            "train_samples": len(self.train_set),
+            "samples_per_second": rate,
+            "train_seconds": self.train_seconds,
+            **self.utilisation.summary(rate),
+            "startup_seconds": self.startup_seconds,
             "allocator": described_allocator(),  # the CPU memory allocator the processes ran with
             # From the user's command, like the start-up time (this process's own time otherwise).
-            "wall_seconds": command_age(run.env) or time.perf_counter() - started,
+            "wall_seconds": command_age(run.env) or time.perf_counter() - self.started,
             "torch_version": torch.__version__,
             "scaletrain_version": __version__,
-            **checkpoints.summary(),
+            **self.checkpoints.summary(),
         }
-        reporter.finish(summary)
+        self.reporter.finish(summary)
         return summary
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ...flops import TraceMode
-from .reference import ReferenceLM
 from ...workloads.model_shapes import ModelShape
+from .reference import ReferenceLM
 
 #: Sequences per traced micro-batch: 11 × any sequence length is no model's width, so a
 #: dimension of that size is the tokens'.

@@ -9,6 +9,7 @@ from typing import Optional
 from ...parallel.config import ParallelConfig
 from .. import formulas as f
 from ..probe import Probe
+from .registry import CostTerms, register
 from .terms import Step, Terms
 
 #: Share of forward + backward that activation checkpointing computes again: the whole forward;
@@ -16,8 +17,6 @@ from .terms import Step, Terms
 RECOMPUTED = {"full": f.FORWARD_SHARE, "selective": 0.1}
 
 #: Checkpointing changes how one process computes, not how processes share the work: a
-#: configuration that distributes nothing else is predicted from the measured step as it is.
-DISTRIBUTES = False
 
 #: A checkpointed block's backward: its activations computed again, and their gradients
 #: alongside, in units of the block's saved activations — where the probe did not measure
@@ -74,3 +73,7 @@ CHECKPOINTING = ("none", "full")
 def variants() -> list[dict]:
     """Every candidate as it is and with full checkpointing."""
     return [{"activation_checkpointing": mode} if mode != "none" else {} for mode in CHECKPOINTING]
+
+
+COSTS = register(CostTerms("activation_checkpointing", distributes=False, terms=terms,
+                          kept_activation_bytes=kept_activation_bytes, variants=variants))

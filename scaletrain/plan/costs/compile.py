@@ -4,5 +4,7 @@ configuration with compilation is predicted as the same configuration without it
 
 from __future__ import annotations
 
-#: Compilation changes how one process computes, not how processes share the work.
-DISTRIBUTES = False
+from .registry import CostTerms, register
+
+
+COSTS = register(CostTerms("compile", distributes=False))

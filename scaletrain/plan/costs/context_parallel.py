@@ -27,6 +27,7 @@ from ...parallel.dims import CP
 from .. import formulas as f
 from ..probe import Probe
 from ..scenario import Scenario
+from .registry import CostTerms, register
 from .terms import Step, Terms
 
 
@@ -89,3 +90,6 @@ def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: b
     context-parallel groups of every degree that fits (and the shards the groups leave)."""
     return [("fsdp", {"cp": c}) for c in range(2, world_size + 1)
             if world_size % c == 0 and sequence and sequence % (2 * c) == 0]
+
+
+COSTS = register(CostTerms("context_parallel", token_share=token_share, terms=terms, candidates=candidates))

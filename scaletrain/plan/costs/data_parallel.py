@@ -15,6 +15,7 @@ from ...strategies.base import MeshOptions
 from .. import formulas as f
 from ..probe import Probe
 from ..scenario import Scenario
+from .registry import CostTerms, register
 from .step import beyond_the_model
 from .terms import Step, Terms
 
@@ -159,3 +160,7 @@ def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: b
         return [("single", {})]
     found = [("ddp", {}), ("fsdp", {})]
     return found + [("fsdp", {"dp_replicate": r}) for r in _divisors(world_size) if 1 < r < world_size]
+
+
+COSTS = register(CostTerms("data_parallel", state_divisor=state_divisor, terms=terms, transient_bytes=transient_bytes,
+                          candidates=candidates))

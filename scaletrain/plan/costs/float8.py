@@ -5,5 +5,7 @@ The cluster planner (`plan --hardware`) prices float8 from the GPU's fp8 matrix 
 
 from __future__ import annotations
 
-#: float8 changes how one process computes its linear layers, not how processes share the work.
-DISTRIBUTES = False
+from .registry import CostTerms, register
+
+
+COSTS = register(CostTerms("float8", distributes=False))

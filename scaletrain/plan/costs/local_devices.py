@@ -18,6 +18,7 @@ from ..scenario import compute_at, one_process_threads
 from ..stages import stage_costs, stage_groups
 from .memory import peak_bytes
 from .pipeline import activation_transfers
+from .registry import CostTerms, register
 from .terms import Step, Terms
 
 
@@ -87,3 +88,6 @@ def memory_bytes(step: Step) -> float:
     stage_bytes = max(sum(fp.block_param_bytes[i] for i in g) for g in groups)
     return f.memory_pipeline(stage_bytes, fp.param_bytes, fp.param_bytes, fp.grad_bytes, fp.optimizer_bytes,
                              fp.activation_bytes_per_sample * probe.batch_size, parts, 1)
+
+
+COSTS = register(CostTerms("local_devices", schedule=schedule, memory_bytes=memory_bytes))

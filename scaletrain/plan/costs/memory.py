@@ -19,7 +19,7 @@ from typing import Optional
 from ...parallel.config import DDP, FSDP, ParallelConfig
 from ...parallel.dims import ParallelDims
 from ..probe import Probe
-from . import enabled_modules, token_share
+from .registry import enabled, first, token_share
 from .terms import MemoryParts, Step
 
 #: What the probe's own training job ran: one DDP process with the whole model.
@@ -40,27 +40,28 @@ def in_use(probe: Probe, config: ParallelConfig, units: list[int], stage_fractio
     """The parts of a process's peak, in bytes (before the allocator's slack); `stage`: which
     pipeline stage these units are (its place decides the micro-batches it keeps)."""
     fp = probe.footprint
-    modules = enabled_modules(config)
+    costs = enabled(config)
     held = stage_fraction * tp_share
     shards = 1
-    for m in modules:
-        if hasattr(m, "state_divisor"):
-            shards *= m.state_divisor(config)
+    for c in costs:
+        if c.state_divisor is not None:
+            shards *= c.state_divisor(config)
     batch = probe.batch_size
-    flight = next((m.in_flight for m in modules if hasattr(m, "in_flight")), None)
+    flight = first(costs, "in_flight")
     samples, microbatch = flight(config, stage, batch) if flight is not None else (batch, batch)
     # Of each sample, the tokens this process keeps (context parallel's 1/cp), and what they keep.
-    tokens = token_share(modules, config)
+    tokens = token_share(costs, config)
     samples, microbatch = samples * tokens, microbatch * tokens
-    activation_share = next((m.activation_share(tp_share) for m in modules if hasattr(m, "activation_share")), 1.0)
-    kept = next((m.kept_activation_bytes for m in modules if hasattr(m, "kept_activation_bytes")), None)
+    share_of = first(costs, "activation_share")
+    activation_share = share_of(tp_share) if share_of is not None else 1.0
+    kept = first(costs, "kept_activation_bytes")
     activations = kept(probe, config, units, activation_share, samples, microbatch) if kept is not None else None
     largest_tensor = fp.largest_tensor_bytes * tp_share if len(units) == len(fp.block_param_bytes) else \
         min(fp.largest_tensor_bytes, largest_unit) * tp_share
     transient = 0.0
-    for m in modules:
-        if hasattr(m, "transient_bytes"):
-            transient += m.transient_bytes(probe, config, held, largest_unit, largest_tensor, shards)
+    for c in costs:
+        if c.transient_bytes is not None:
+            transient += c.transient_bytes(probe, config, held, largest_unit, largest_tensor, shards)
     return MemoryParts(
         constant=probe.memory_constant_bytes, parameters=fp.param_bytes * held / shards,
         gradients=fp.grad_bytes * held / shards, optimizer_state=fp.optimizer_bytes * held / shards,

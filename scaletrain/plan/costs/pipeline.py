@@ -12,6 +12,7 @@ from .. import formulas as f
 from ..probe import Probe
 from ..scenario import Scenario
 from ..stages import stage_costs, stage_groups
+from .registry import CostTerms, register
 from .terms import Step, Terms
 
 
@@ -110,3 +111,7 @@ def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: b
                 if p < world_size:
                     found.append(("pipeline", {"pp": p, "microbatches": m, "dp_shard": world_size // p}))
     return found
+
+
+COSTS = register(CostTerms("pipeline", stages=stages, schedule=schedule, in_flight=in_flight,
+                          transient_bytes=transient_bytes, candidates=candidates))

@@ -3,7 +3,8 @@ parallelisms the configuration enables — never from a strategy's name.
 
 Each parallelism of `scaletrain.parallel.PARALLELISMS` has its cost module here, named as the
 parallelism (`tensor_parallel.py` for `TensorParallel`, whose `name` is "tensor_parallel").
-A module answers what it knows, through the functions it defines (each optional):
+A module answers what it knows, through the functions it registers (`registry.CostTerms`,
+each optional):
 
     runs(probe, config) -> bool                 whether the model can run so (a tensor-parallel plan)
     stages(probe, config) -> groups | None      the units of each pipeline stage (None: cannot cut)
@@ -14,33 +15,28 @@ A module answers what it knows, through the functions it defines (each optional)
     terms(step) -> Terms                        what it adds to the step
     memory_bytes(step) -> float | None          the peak, where it is not the composition's
 
-A module that declares `DISTRIBUTES = False` changes how one process computes, not how the
+A module registered with `distributes=False` changes how one process computes, not how the
 processes share the work: a configuration enabling only such is a lone process's measured step.
 
 The composition (`step_cost`): the process's share of the model from the stages and held
 shares; the schedule's terms (the one module that schedules the step, else the measured step
 less the work other processes take); every other module's terms added; the peak memory from
 `memory.stage_peak`. A configuration enabling a parallelism with no cost module has no cost:
-`NoCost`, which the planner turns into one line, never a silent omission.
+`registry.NoCost`, which the planner turns into one line, never a silent omission.
 """
 
 from __future__ import annotations
 
 import math
-from types import ModuleType
-from typing import Callable, Optional
+from typing import Optional
 
 from ...parallel.config import ParallelConfig
 from ..machine import Machine
 from ..probe import MeshStep, Probe
 from ..scenario import Scenario, compute_at, one_process_threads, scenario
-from . import enabled_modules, token_share
 from .memory import peak_bytes, stage_peak
+from .registry import enabled, first, token_share
 from .terms import Step, StepCost, Terms, composed
-
-
-def _first(modules: list[ModuleType], name: str) -> Optional[Callable]:
-    return next((getattr(m, name) for m in modules if hasattr(m, name)), None)
 
 
 def one_piece(step: Step) -> Terms:
@@ -55,20 +51,20 @@ def step_cost(probe: Probe, s: Scenario, machine: Machine, config: ParallelConfi
     """The step of `config` on the processes `s` describes, or None where the configuration
     cannot run the model (more stages than units, no tensor-parallel plan). NoCost where a
     parallelism it enables has no cost module."""
-    modules = enabled_modules(config)
-    if not any(getattr(m, "DISTRIBUTES", True) for m in modules):
+    costs = enabled(config)
+    if not any(c.distributes for c in costs):
         # Nothing distributed: a lone process's measured step with every core, the whole model.
         c = compute_at(probe, one_process_threads(probe, machine))
         return StepCost(c.step_s, 0.0, 0.0, probe.batch_size, peak_bytes(probe, config))
     fp = probe.footprint
-    if not all(m.runs(probe, config) for m in modules if hasattr(m, "runs")):
+    if not all(c.runs(probe, config) for c in costs if c.runs is not None):
         return None
     units = list(range(len(fp.block_param_bytes)))
-    cut = _first(modules, "stages")
+    cut = first(costs, "stages")
     groups = cut(probe, config) if cut is not None else [units]
     if groups is None:
         return None  # more stages than the model has units
-    shares = [m.held_share for m in modules if hasattr(m, "held_share")]
+    shares = [c.held_share for c in costs if c.held_share is not None]
 
     def held_share(these: list) -> float:
         share = 1.0
@@ -77,22 +73,22 @@ def step_cost(probe: Probe, s: Scenario, machine: Machine, config: ParallelConfi
         return share
 
     divisor = 1
-    for m in modules:
-        if hasattr(m, "state_divisor"):
-            divisor *= m.state_divisor(config)
+    for c in costs:
+        if c.state_divisor is not None:
+            divisor *= c.state_divisor(config)
     # The heaviest stage sets the pace; a process holds its share of it.
     stage = max(groups, key=lambda g: sum(fp.block_param_bytes[i] for i in g))
     stage_fraction = sum(fp.block_param_bytes[i] for i in stage) / max(1, fp.param_bytes)
     tp_share = held_share(stage)
     step = Step(probe, s, machine, config, compute_at(probe, s.threads, s.oversubscription), groups, stage,
                 stage_fraction, held_share, tp_share, stage_fraction * tp_share / divisor, machinery,
-                token_share(modules, config))
-    scheduler = _first(modules, "schedule")
+                token_share(costs, config))
+    scheduler = first(costs, "schedule")
     schedule = scheduler(step) if scheduler is not None else one_piece(step)
     if schedule is None:
         return None  # the schedule cannot cut the model so (fewer units than devices)
-    terms = [m.terms(step) for m in modules if hasattr(m, "terms")]
-    peak = _first(modules, "memory_bytes")
+    terms = [c.terms(step) for c in costs if c.terms is not None]
+    peak = first(costs, "memory_bytes")
     memory = peak(step) if peak is not None else None
     return composed(schedule, terms, probe.batch_size * config.dims.dp_size,
                     stage_peak(step) if memory is None else memory)

@@ -12,6 +12,7 @@ from ...parallel.dims import ParallelDims
 from ...strategies.base import MeshOptions
 from .. import formulas as f
 from ..probe import Probe
+from .registry import CostTerms, register
 from .step import beyond_the_model
 from .terms import Step, Terms
 
@@ -86,3 +87,7 @@ def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: b
         if t < world_size:
             found.append(("fsdp", {"tp": t}))
     return found
+
+
+COSTS = register(CostTerms("tensor_parallel", runs=runs, held_share=held_share, activation_share=activation_share,
+                          terms=terms, candidates=candidates))
