@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from scaletrain.fault.durations import parse_duration
+from scaletrain.foundation.durations import parse_duration
 
 from .helpers import REPO, scaletrain, test_env
 from .launch_helpers import EXAMPLE, launch_argv, run_session

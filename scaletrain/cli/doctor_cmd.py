@@ -6,8 +6,8 @@ import argparse
 import json
 import os
 
-from ..fault.durations import RULE
 from ..foundation.defaults import MASTER_PORT, SELF_TEST_TIMEOUT_S
+from ..foundation.durations import RULE
 from ..foundation.errors import UsageError
 from ..process.environment import detect
 from .parsing import duration, port, positive_int

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..fault.durations import RULE, format_duration
 from ..foundation.defaults import HANG_TIMEOUT_S, MAX_RESTARTS
+from ..foundation.durations import RULE, format_duration
 from ..foundation.errors import UsageError
 from .launch_options import add_launch_arguments, launch_settings
 from .parsing import duration, non_negative_int, with_underscores

@@ -6,8 +6,8 @@ import os
 from datetime import timedelta
 from typing import Optional
 
+from ..foundation.durations import format_duration
 from ..process.environment import DistEnv
-from .durations import format_duration
 from .watchdog import STORE_TIMEOUT_S, Watchdog, heartbeat_interval
 
 

@@ -45,7 +45,7 @@ def port(text: str) -> int:
 
 def duration(text: str) -> float:
     """Seconds: a bare number is seconds; 90s, 10m, 1h are accepted too."""
-    from ..fault.durations import parse_duration
+    from .durations import parse_duration
 
     try:
         return parse_duration(text)
@@ -54,7 +54,7 @@ def duration(text: str) -> float:
 
 
 def _duration_text(seconds: float) -> str:
-    from ..fault.durations import format_duration
+    from .durations import format_duration
 
     return format_duration(seconds)
 

@@ -19,8 +19,8 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..fault.durations import as_seconds
 from ..foundation.defaults import HANG_TIMEOUT_S
+from ..foundation.durations import as_seconds
 from ..foundation.errors import UsageError
 from .facade import prepare, run_job
 from .failures import RESULT_FILE

@@ -21,7 +21,7 @@ import time
 from datetime import timedelta
 from typing import Callable, Optional
 
-from ..fault.durations import format_duration
+from ..foundation.durations import format_duration
 from ..process.environment import DistEnv
 
 # `default_pg/0//cpu//0/<rank>`, under a prefix when the store is torchrun's agent's

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..fault.durations import format_duration
+from ..foundation.durations import format_duration
 from .parent_watch import LAUNCHER_VAR, this_process
 
 # Every rank runs the user's program through this module: it fills in torch's env://

@@ -49,8 +49,8 @@ import runpy  # noqa: E402
 import sys  # noqa: E402
 from typing import Callable, Optional  # noqa: E402
 
-from ..fault.durations import parse_duration  # noqa: E402
 from ..foundation.defaults import HANG_TIMEOUT_S  # noqa: E402
+from ..foundation.durations import parse_duration  # noqa: E402
 from ..foundation.errors import DetectionError, UsageError  # noqa: E402
 from ..process.environment import DistEnv, detect  # noqa: E402
 from ..process.startup_timeline import mark as timeline, process_started  # noqa: E402

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..fault.durations import RULE, format_duration
 from ..foundation.defaults import CONNECT_TIMEOUT_S, HANG_TIMEOUT_S, MASTER_PORT
+from ..foundation.durations import RULE, format_duration
 from ..foundation.errors import UsageError
 from ..foundation.options import option
 from ..foundation.text_values import duration, non_negative_int, port, positive_int, shell_words

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from ..fault.durations import format_duration
 from ..foundation.defaults import MASTER_ADDR, MASTER_PORT
+from ..foundation.durations import format_duration
 from ..foundation.errors import UsageError
 from ..process import netif
 from ..process.environment import detect

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from ..fault.durations import RULE, format_duration
 from ..foundation.defaults import (
     BENCH_MAX_OTHER_CORES,
     HANG_TIMEOUT_S,
@@ -32,6 +31,7 @@ from ..foundation.defaults import (
     LOG_EVERY_STEPS,
     MAX_RESTARTS,
 )
+from ..foundation.durations import RULE, format_duration
 from ..foundation.options import flag_values, option, parsed_values
 from ..foundation.text_values import duration, non_negative_int, positive_float, positive_int
 from ..foundation.text_values import AUTO
