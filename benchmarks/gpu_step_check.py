@@ -70,10 +70,10 @@ def run_train(config_file: Path, seq: int, mb: int, ac: str, out: Path, dry: boo
 
 
 def predict(shape, profile, seq: int, mb: int, ac: str):
-    from scaletrain.plan.cluster.config import ClusterConfig, Scenario
+    from scaletrain.plan.cluster.config import ClusterConfig, ClusterScenario
     from scaletrain.plan.cluster.step import predict as predict_step
 
-    scenario = Scenario(shape, profile, 1, 1, seq, mb)
+    scenario = ClusterScenario(shape, profile, 1, 1, seq, mb)
     # One process under FSDP2: its blocks gathered (a copy) and cast to bf16 as on many GPUs.
     return predict_step(ClusterConfig(microbatch=mb, checkpointing=ac, fsdp_casts=True), scenario)
 

@@ -34,10 +34,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scaletrain.hardware import load_profile  # noqa: E402
-from scaletrain.plan.cluster.config import ClusterConfig, Scenario, check  # noqa: E402
+from scaletrain.parallel.dims import ParallelDims  # noqa: E402
+from scaletrain.plan.cluster.config import ClusterConfig, ClusterScenario as Scenario, check  # noqa: E402
 from scaletrain.plan.cluster.search import Fixed, choose, predict_all  # noqa: E402
-from scaletrain.workloads.model_shapes import BUILTIN, megatron_gpt  # noqa: E402
+from scaletrain.plan.cluster.software import Software  # noqa: E402
 from scaletrain.plan.cluster.step import predict  # noqa: E402
+from scaletrain.workloads.model_shapes import BUILTIN, megatron_gpt  # noqa: E402
 
 GIB = 2 ** 30
 
@@ -62,18 +64,21 @@ def torchtitan_rows() -> list[Row]:
     for gpus, cases in table.items():
         for how, tps, mem in cases:
             soft = {"compile": "compile" in how, "float8": "float8" in how}
-            config = ClusterConfig(dp_shard=gpus, microbatch=2, checkpointing="selective-alternate", **soft)
+            config = ClusterConfig(ParallelDims(dp_shard=gpus), microbatch=2, checkpointing="selective-alternate",
+                                   float8=soft["float8"], software=Software(compile=soft["compile"], loss="eager"))
             rows.append(Row(f"torchtitan 8B FSDP {gpus}, {how}", Scenario(eight, gpu, gpus, 8, 8192, 2 * gpus),
                             [config], tps, "tokens/s/GPU", mem, soft))
     soft = {"compile": True, "float8": True}
-    seventy = ClusterConfig(dp_shard=32, tp=8, microbatch=16, checkpointing="full", **soft)
+    seventy = ClusterConfig(ParallelDims(dp_shard=32, tp=8), microbatch=16, checkpointing="full", float8=True,
+                            software=Software(compile=True, loss="eager"))
     rows.append(Row("torchtitan 70B FSDP 32 × TP 8, compile + float8", Scenario(BUILTIN["llama3-70b"], gpu, 256, 8,
                                                                                   8192, 512), [seventy], 829,
                     "tokens/s/GPU", 71.9, soft))
     soft = {"compile": True, "float8": True, "async_tp": True}
     for schedule, v, tps, mem in (("1f1b", 1, 100, 82.5), ("interleaved", 2, 128, 72.7)):
-        config = ClusterConfig(dp_shard=8, tp=8, pp=8, microbatch=4, checkpointing="full", schedule=schedule,
-                               stages_per_rank=v, **soft)
+        config = ClusterConfig(ParallelDims(dp_shard=8, tp=8, pp=8), microbatch=4, checkpointing="full",
+                               schedule=schedule, stages_per_rank=v, float8=True, async_tp=True,
+                               software=Software(compile=True, loss="eager"))
         rows.append(Row(f"torchtitan 405B FSDP 8 × TP 8 × PP 8 ({schedule}), compile + float8 + async TP",
                         Scenario(BUILTIN["llama3-405b"], gpu, 512, 8, 8192, 256), [config], tps, "tokens/s/GPU",
                         mem, soft))
@@ -86,7 +91,9 @@ MEGATRON = [(1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 6
             (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
             (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
             (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163)]
-MEGATRON_SOFTWARE = {"compile": True, "attention": "eager", "sequence_parallel": False, "overlap_grad_reduce": False}
+MEGATRON_SOFTWARE = {"compile": True, "attention": "sdpa-math", "sequence_parallel": False,
+                     "overlap_grad_reduce": False}
+MEGATRON_SOFT = Software(compile=True, attention="sdpa-math", loss="eager")
 
 
 def megatron_rows() -> list[Row]:
@@ -97,8 +104,9 @@ def megatron_rows() -> list[Row]:
         scenario = Scenario(shape, gpu, gpus, 8, 2048, batch)
         dp = gpus // (tp * pp)
         chunks = [v for v in (1, 2, 3, 4) if layers % (pp * v) == 0] if pp > 1 else [1]
-        configs = [ClusterConfig(dp_replicate=dp, tp=tp, pp=pp, microbatch=mb, checkpointing="full",
-                                 schedule="interleaved" if v > 1 else "1f1b", stages_per_rank=v, **MEGATRON_SOFTWARE)
+        configs = [ClusterConfig(ParallelDims(dp_replicate=dp, tp=tp, pp=pp), microbatch=mb, checkpointing="full",
+                                 schedule="interleaved" if v > 1 else "1f1b", stages_per_rank=v, sequence_parallel=False,
+                                 overlap_grad_reduce=False, software=MEGATRON_SOFT)
                    for mb in (1, 2, 4, 8) if (batch // dp) % mb == 0 for v in chunks]
         rows.append(Row(f"Megatron-LM {params:g}B TP {tp} × PP {pp}, {gpus} GPUs", scenario, configs, tflops,
                         "TFLOP/s/GPU", None, MEGATRON_SOFTWARE))
@@ -120,9 +128,10 @@ def evaluate(row: Row, with_choice: bool) -> dict:
            "memory_error": (best.memory_bytes / GIB / row.memory_gib - 1) if row.memory_gib else None,
            "tokens_per_second_per_gpu": best.tokens_per_second_per_gpu}
     if with_choice:
-        software = dict(row.software)
-        fixed = Fixed(float8=software.pop("float8", False), compile=software.pop("compile", False),
-                      software=tuple(software.items()))
+        config = row.configs[0]
+        options = tuple((name, getattr(config, name)) for name in ("async_tp", "sequence_parallel",
+                                                                    "overlap_grad_reduce"))
+        fixed = Fixed(float8=config.float8, software=config.software, options=options)
         chosen, _runner_up = choose(predict_all(row.scenario, fixed))
         out["chosen"] = chosen.config.label()
         out["chosen_tokens_per_second_per_gpu"] = chosen.tokens_per_second_per_gpu

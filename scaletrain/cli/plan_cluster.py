@@ -41,11 +41,12 @@ def cluster_request(args: argparse.Namespace):
     """The cluster plan the flags ask for."""
     from ..plan.cluster import ClusterRequest
     from ..plan.cluster.search import Fixed
+    from ..plan.cluster.software import Software
 
     fixed = Fixed(strategy=_strategy(args.strategy), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
                   dp_replicate=args.dp_replicate, microbatch=args.micro_batch,
                   checkpointing=args.activation_checkpointing, schedule=args.schedule, float8=args.float8,
-                  compile=args.compile)
+                  software=Software(compile=args.compile))
     return ClusterRequest(args.hardware, args.model_config, args.gpus, args.gpus_per_node, args.seq_len or CLUSTER_SEQ_LEN,
                           args.global_batch, fixed)
 

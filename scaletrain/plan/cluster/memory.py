@@ -25,13 +25,14 @@ others).
 from __future__ import annotations
 
 from .compute import activation_bytes, largest_bytes, peak_bytes
-from .config import ClusterConfig, Scenario
+from .config import ClusterConfig, ClusterScenario
+from .costs.pipeline import in_flight
 
 #: NCCL's communicators and buffers, per GPU of a job of several (bytes).
 COMMUNICATION_BUFFERS = 1.0e9
 
 
-def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_layer_costs, params_rank: float,
+def memory_parts(config: ClusterConfig, scenario: ClusterScenario, layer_costs, one_layer_costs, params_rank: float,
                  chunks: list, microbatches: int) -> dict:
     shape = scenario.shape
     mb = config.microbatch
@@ -50,27 +51,13 @@ def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_lay
         optimizer = 12 * params_rank
         gathered = 0.0
     saved = activation_bytes(layer_costs, mb)
-    in_flight = _in_flight(config, microbatches)
     layers_here = max(chunks)
-    activations = saved * layers_here * in_flight
+    activations = saved * layers_here * in_flight(config, microbatches)
     transient = max(0.0, peak_bytes(one_layer_costs, mb) - saved)
     return {"parameters": params, "gradients": grads, "optimizer": optimizer, "gathered_blocks": gathered,
             "activations": activations, "transient": transient,
             "allocator": largest_bytes(one_layer_costs, mb),
             "buffers": COMMUNICATION_BUFFERS if scenario.gpus > 1 else 0.0}
-
-
-def _in_flight(config: ClusterConfig, microbatches: int) -> float:
-    """Micro-batches whose activations the busiest pipeline rank (the first) holds at once, in
-    units of its whole share of layers: 1F1B's warm-up forwards, min(m, p); interleaved,
-    torch's ScheduleInterleaved1F1B's warm-up of (v − 1)·p + 2(p − 1) chunk forwards (at most
-    all m·v of them) plus the one in hand, each a 1/v share."""
-    p, m, v = config.pp, microbatches, config.stages_per_rank
-    if p == 1:
-        return 1.0
-    if config.schedule == "interleaved" and v > 1:
-        return min(m * v, (v - 1) * p + 2 * (p - 1) + 1) / v
-    return min(m, p)
 
 
 def traced_step_bytes(build_model, make_batch) -> dict:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...foundation.errors import UsageError
-from .config import Prediction, Scenario
+from .config import ClusterScenario
+from .prediction import ClusterPrediction
 from .search import LAYOUTS, Fixed
 
 #: The layouts a cluster plan takes as --strategy.
@@ -34,12 +35,12 @@ class ClusterRequest:
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    scenario: Scenario
-    predictions: list[Prediction]
+    scenario: ClusterScenario
+    predictions: list[ClusterPrediction]
     """Every configuration predicted, the fastest first."""
-    best: Optional[Prediction]
+    best: Optional[ClusterPrediction]
     """The fastest that fits (None: nothing fits)."""
-    runner_up: Optional[Prediction]
+    runner_up: Optional[ClusterPrediction]
 
     def as_dict(self) -> dict:
         from . import report
@@ -70,7 +71,7 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
     if request.seq_len > shape.max_positions:
         raise UsageError(f"--seq-len {request.seq_len} is longer than {shape.name}'s {shape.max_positions} "
                          f"positions (max_position_embeddings); give --seq-len {shape.max_positions} or less")
-    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), request.seq_len, request.global_batch or 2 * gpus,
+    scenario = ClusterScenario(shape, profile, gpus, min(gpn, gpus), request.seq_len, request.global_batch or 2 * gpus,
                         request.model_config)
     fixed = request.fixed
     if fixed.strategy is not None and fixed.strategy not in STRATEGIES:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ClusterConfig, Prediction, Scenario
+from .config import ClusterConfig, ClusterScenario
+from .prediction import ClusterPrediction
 
 GIB = 2 ** 30
 
 
-def row(p: Prediction, scenario: Scenario) -> dict:
+def row(p: ClusterPrediction, scenario: ClusterScenario) -> dict:
     c = p.config
     return {
         "configuration": c.label(), "strategy": c.strategy, "world_size": c.world,
@@ -29,7 +30,7 @@ def row(p: Prediction, scenario: Scenario) -> dict:
     }
 
 
-def train_flags(c: ClusterConfig, scenario: Scenario, microbatches: int) -> str:
+def train_flags(c: ClusterConfig, scenario: ClusterScenario, microbatches: int) -> str:
     """The `scaletrain train` command line that runs this configuration."""
     nodes = max(1, c.world // scenario.gpus_per_node)
     per_node = min(c.world, scenario.gpus_per_node)
@@ -64,7 +65,7 @@ def train_flags(c: ClusterConfig, scenario: Scenario, microbatches: int) -> str:
     return "scaletrain train " + " ".join(flags)
 
 
-def table(predictions: list[Prediction], scenario: Scenario, limit: int = 15) -> str:
+def table(predictions: list[ClusterPrediction], scenario: ClusterScenario, limit: int = 15) -> str:
     lines = ["| configuration | tokens/s/GPU | MFU | step s (compute / exposed comm / bubble) | memory GiB | fits |",
              "|---|---:|---:|---|---:|---|"]
     for p in predictions[:limit]:
@@ -76,12 +77,12 @@ def table(predictions: list[Prediction], scenario: Scenario, limit: int = 15) ->
     return "\n".join(lines)
 
 
-def memory_line(p: Prediction) -> str:
+def memory_line(p: ClusterPrediction) -> str:
     parts = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.1f}" for k, v in p.memory.items() if v >= 0.05 * GIB)
     return f"memory per GPU {p.memory_bytes / GIB:.1f} GiB: {parts}"
 
 
-def plot(predictions: list[Prediction], scenario: Scenario, path: Path) -> None:
+def plot(predictions: list[ClusterPrediction], scenario: ClusterScenario, path: Path) -> None:
     """Tokens/s per GPU (bars) and memory per GPU (dots) of each configuration, with the GPU's
     memory as a line: what fits and what it gives."""
     import matplotlib

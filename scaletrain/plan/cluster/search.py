@@ -12,7 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ...foundation.errors import UsageError, arg
-from .config import CHECKPOINTING, ClusterConfig, Prediction, Scenario, check
+from ...parallel.dims import ParallelDims
+from .config import CHECKPOINTING, ClusterConfig, ClusterScenario, check
+from .prediction import ClusterPrediction
+from .software import Software
 from .step import predict
 
 MICROBATCHES = (1, 2, 4, 8, 16, 32)
@@ -31,8 +34,8 @@ class Fixed:
     checkpointing: Optional[str] = None
     schedule: Optional[str] = None
     float8: bool = False
-    compile: bool = False
-    software: tuple = ()  # (field, value) pairs of ClusterConfig every candidate takes (async_tp, attention, ...)
+    software: Software = Software()  # what the run uses: torch, attention, loss, compile, ...
+    options: tuple = ()  # (field, value) pairs of ClusterConfig every candidate takes (async_tp, ...)
     also: tuple = ()  # configurations predicted besides the search's (a published run's, say)
 
 
@@ -61,7 +64,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
+def candidates(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterConfig]:
     s, gpus, gpn = scenario.shape, scenario.gpus, scenario.gpus_per_node
     given = {name: value for name, value in (("tp", fixed.tp), ("pp", fixed.pp), ("cp", fixed.cp),
                                              ("dp_shard", fixed.dp_shard), ("dp_replicate", fixed.dp_replicate))
@@ -95,8 +98,9 @@ def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
                             continue
                         for ac in acs:
                             for schedule, v in _schedules(pp, s.layers, fixed):
-                                out.append(replace(ClusterConfig(replicate, shard, tp, pp, cp, mb, ac, fixed.float8,
-                                                                 fixed.compile, schedule, v), **dict(fixed.software)))
+                                dims = ParallelDims(pp=pp, dp_replicate=replicate, dp_shard=shard, cp=cp, tp=tp)
+                                out.append(replace(ClusterConfig(dims, mb, ac, fixed.float8, schedule, v,
+                                                                 software=fixed.software), **dict(fixed.options)))
     return out + [c for c in fixed.also if c not in out]
 
 
@@ -126,7 +130,7 @@ def _schedules(pp: int, layers: int, fixed: Fixed) -> list[tuple[str, int]]:
     return out
 
 
-def predict_all(scenario: Scenario, fixed: Fixed) -> list[Prediction]:
+def predict_all(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterPrediction]:
     configs = candidates(scenario, fixed)
     if not configs:
         raise UsageError(_nothing(scenario, fixed))
@@ -143,13 +147,13 @@ def predict_all(scenario: Scenario, fixed: Fixed) -> list[Prediction]:
     return sorted(results, key=lambda r: -r.tokens_per_second_per_gpu)
 
 
-def _nothing(scenario: Scenario, fixed: Fixed) -> str:
+def _nothing(scenario: ClusterScenario, fixed: Fixed) -> str:
     return (f"no configuration of {scenario.gpus} GPUs makes a global batch of {scenario.global_batch} sequences "
             "with these degrees and micro-batch: give --global-batch as a multiple of the data-parallel degree × "
             "--micro-batch, or other degrees")
 
 
-def choose(predictions: list[Prediction]) -> tuple[Optional[Prediction], Optional[Prediction]]:
+def choose(predictions: list[ClusterPrediction]) -> tuple[Optional[ClusterPrediction], Optional[ClusterPrediction]]:
     """The fastest configuration that fits, and the runner-up that fits."""
     fitting = [p for p in predictions if p.fits]
     return (fitting[0] if fitting else None), (fitting[1] if len(fitting) > 1 else None)
