@@ -41,6 +41,8 @@ class ClusterConfig:
     overlap_grad_reduce: bool = True  # data parallel's reduction hidden behind backward where it can be
     sequence_parallel: bool = True  # tensor parallel splits norms and the residual stream along the sequence
     fsdp_casts: bool = False  # FSDP2 wraps even an unsharded model (one process): its gathers and casts
+    optimizer_sharded: bool = False  # without FSDP: the optimizer's state divided over data parallel (ZeRO-1)
+    cp_rotate: str = "ring"  # context parallel passes keys and values round a ring, or all-gathers them ("allgather")
     software: Software = field(default_factory=Software)
 
     @property

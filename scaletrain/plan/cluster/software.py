@@ -41,6 +41,7 @@ REDUCE_DTYPES = ("fp32", "bf16")
 #: Hopper cuDNN's attention preferred again from 2.10 where the bundled cuDNN is new enough
 #: (torch's sdp_utils.cpp, check_prefer_cudnn_attention) — what a calibration with today's torch
 #: measures.
+SDPA_FROM = (2, 0)
 SDPA_FLASH2_FROM = (2, 2)
 SDPA_CUDNN_FROM = (2, 10)
 #: scaled_dot_product_attention takes grouped keys and values (enable_gqa) from torch 2.5; before,
@@ -73,6 +74,8 @@ class Software:
         if self.attention != "sdpa":
             return self.attention
         version = self.version(profile)
+        if version < SDPA_FROM:
+            return "sdpa-math"  # no scaled_dot_product_attention: attention as torch's operators
         if version < SDPA_FLASH2_FROM:
             return "flash1"
         calibration = getattr(profile, "calibration", None)
@@ -87,7 +90,7 @@ class Software:
         (enable_gqa); FlashAttention (v1), the math path and older SDPA need them expanded."""
         if self.gqa:
             return self.gqa == "expanded"
-        if self.attention in ("sdpa-math", "flash1"):
+        if self.attention_kernel(profile) in ("sdpa-math", "flash1"):
             return True
         return self.attention == "sdpa" and self.version(profile) < SDPA_GQA_FROM
 
@@ -112,8 +115,8 @@ def parse_version(text: str) -> tuple:
     if not match:
         raise UsageError(f"{arg('torch', text)}: give torch's version as MAJOR.MINOR, e.g. {arg('torch', '2.1')}")
     version = (int(match.group(1)), int(match.group(2)))
-    if version < (2, 0):
-        raise UsageError(f"{arg('torch', text)}: the planner knows torch 2.0 and later")
+    if version < (1, 8):
+        raise UsageError(f"{arg('torch', text)}: the planner knows torch 1.8 and later")
     return version
 
 

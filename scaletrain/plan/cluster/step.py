@@ -1,25 +1,40 @@
 """A configuration's training step on the cluster, as the sum of what each part contributes:
 the computation of the traced layer and of the rest of the model at the profile's kernel rates
-(`compute.py`), and what each parallelism the configuration enables adds — its cost terms,
-registered per parallelism in `costs/` (tensor parallel's and context parallel's per layer,
-the pipeline's schedule, data parallel's per step) — plus the optimizer, and memory per GPU by
-parts (`memory.py`)."""
+for the run's software (`compute.py`, the loss's implementation: `loss.py`), and what each
+parallelism the configuration enables adds — its cost terms, registered per parallelism in
+`costs/` (tensor parallel's and context parallel's per layer, the pipeline's schedule, data
+parallel's per step) — plus the optimizer, the allocator's retries where memory is tight, and
+memory per GPU by parts (`memory.py`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .comm import Network
-from .compute import part_time, step_efficiency
+from .compute import Execution, PartTime, part_time, step_efficiency
 from .config import ClusterConfig, ClusterScenario, microbatches
 from .costs import Schedule, enabled
 from .costs.parts import StepParts
+from .flop_conventions import published_flops_per_token
+from .loss import loss_extra, loss_seconds, traced_as
 from .memory import memory_parts
 from .prediction import ClusterPrediction
+from .reference import Layout
 from .traced import Variant, trace
+
+#: Where the step's allocations fit the GPU only without the allocator's usual reserve, the
+#: caching allocator frees its cached blocks and retries (cudaFree synchronises the device;
+#: PyTorch's memory statistics count them as `num_alloc_retries`): about this long each, one per
+#: layer and micro-batch at worst.
+ALLOC_RETRY_SECONDS = 1e-3
 
 
 def variant_of(config: ClusterConfig, scenario: ClusterScenario) -> Variant:
+    software, profile = config.software, scenario.profile
+    layout = Layout(software.fused_layers, software.kv_expanded(profile), traced_as(software.loss))
     return Variant(config.tp, scenario.seq // config.cp, config.checkpointing, config.float8,
-                   "eager" if config.software.attention == "sdpa-math" else "flash", config.sequence_parallel)
+                   "eager" if software.attention_kernel(profile) == "sdpa-math" else "flash", config.sequence_parallel,
+                   layout)
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:
@@ -37,6 +52,7 @@ def predict(config: ClusterConfig, scenario: ClusterScenario) -> ClusterPredicti
             for name, seconds in c.per_layer(parts).items():
                 comm[name] = seconds
                 layer_s += seconds
+    parts = replace(parts, layer_seconds=layer_s)
     schedule = _schedule(parts, costs, layer_s)
     comm.update(schedule.comm)
     exposed_dp = 0.0
@@ -50,14 +66,29 @@ def predict(config: ClusterConfig, scenario: ClusterScenario) -> ClusterPredicti
     return _prediction(parts, one, schedule, step, optimizer_s, comm)
 
 
+def _execution(config: ClusterConfig, scenario: ClusterScenario, fused: bool, cp: int = 1) -> Execution:
+    return Execution(fused, config.software.attention_kernel(scenario.profile), cp,
+                     step_efficiency(scenario.profile, scenario.gpus))
+
+
+def _with_loss(rest: PartTime, config: ClusterConfig, scenario: ClusterScenario, efficiency: float) -> PartTime:
+    """The rest of the model with what its loss's implementation does beyond the trace."""
+    tokens = config.microbatch * scenario.seq // config.cp
+    extra = loss_extra(config.software.loss, tokens, scenario.shape.vocab // config.tp)
+    forward, backward = loss_seconds(extra, scenario.profile, efficiency)
+    return replace(rest, forward=rest.forward + forward, backward=rest.backward + backward,
+                   memory=rest.memory + forward + backward)
+
+
 def _parts(config: ClusterConfig, scenario: ClusterScenario) -> tuple:
     """The step's parts every cost term reads, and the traced one-layer model (for memory)."""
     shape, profile = scenario.shape, scenario.profile
     layer_costs, rest_costs, one = trace(shape, variant_of(config, scenario))
-    efficiency = step_efficiency(profile, scenario.gpus)
-    layer = part_time(layer_costs, profile, config.microbatch, config.compile, config.cp, efficiency)
-    # compilers compile blocks; the loss stays eager
-    rest = part_time(rest_costs, profile, config.microbatch, fused=False, efficiency=efficiency)
+    layer = part_time(layer_costs, profile, config.microbatch, _execution(config, scenario, config.compile, config.cp))
+    # compilers compile blocks; the loss stays as its implementation runs it
+    execution = _execution(config, scenario, fused=False)
+    rest = _with_loss(part_time(rest_costs, profile, config.microbatch, execution), config, scenario,
+                      execution.efficiency)
     layers = stage_layers(shape.layers, config.pp * config.stages_per_rank)
     chunks = tuple(sum(layers[r + config.pp * c] for c in range(config.stages_per_rank)) for r in range(config.pp))
     parts = StepParts(config, scenario, Network(profile), layer, rest, layer_costs, microbatches(config, scenario),
@@ -88,15 +119,20 @@ def _prediction(parts: StepParts, one, schedule: Schedule, step: float, optimize
     memory = memory_parts(config, scenario, parts.layer_costs, one, parts.params_rank, list(parts.chunks),
                           parts.microbatches)
     total_memory = sum(memory.values())
+    if total_memory > profile.memory_bytes >= total_memory - memory["allocator"]:
+        # fits only where the allocator keeps no reserve: it frees its cache and retries
+        comm["allocator_retries_s"] = retries = ALLOC_RETRY_SECONDS * max(parts.chunks) * parts.microbatches
+        step += retries
     exposed = step - schedule.compute_s - schedule.bubble_s - optimizer_s
+    peak = step * scenario.gpus * profile.peak("bf16")
+    published = published_flops_per_token(scenario.shape, scenario.seq) * tokens_gpu * scenario.gpus
     return ClusterPrediction(
         config=config, step_seconds=step, compute_seconds=schedule.compute_s + optimizer_s,
         exposed_comm_seconds=max(0.0, exposed), bubble_seconds=max(0.0, schedule.bubble_s),
         tokens_per_second_per_gpu=tokens_gpu / step, model_flops_per_step=model_flops,
-        hardware_flops_per_step=_flops(parts, recompute=True),
-        mfu=model_flops / (step * scenario.gpus * profile.peak("bf16")), mfu_published=0.0,
-        memory=memory, memory_bytes=total_memory, fits=total_memory <= profile.memory_bytes,
-        microbatches=parts.microbatches, comm=comm)
+        hardware_flops_per_step=_flops(parts, recompute=True), mfu=model_flops / peak,
+        mfu_published=published / peak, memory=memory, memory_bytes=total_memory,
+        fits=total_memory - memory["allocator"] <= profile.memory_bytes, microbatches=parts.microbatches, comm=comm)
 
 
 def _rank_parameters(shape, config: ClusterConfig, chunks: tuple) -> float:

@@ -25,6 +25,8 @@ class StepParts:
     """Layers each pipeline rank holds (its stages together)."""
     params_rank: float
     """Parameters of the pipeline rank holding the most, ÷ tp, before FSDP shards them."""
+    layer_seconds: float = 0.0
+    """One layer's micro-batch with what the parallelisms add to it per layer (set once they have)."""
 
     @property
     def gpus_per_node(self) -> int:
