@@ -134,6 +134,10 @@ def check(config: ClusterConfig, scenario: ClusterScenario) -> None:
     if s.layers < config.pp * config.stages_per_rank:
         raise UsageError(f"{arg('pp', config.pp)} × {config.stages_per_rank} stage(s) per rank is more stages than "
                          f"{s.name}'s {s.layers} layers")
+    if config.tp > 1 and config.sequence_parallel and (scenario.seq // config.cp) % config.tp:
+        raise UsageError(f"{arg('seq_len', scenario.seq)} does not split into {arg('tp', config.tp)} parts per "
+                         "sequence (sequence parallel splits each sequence's norms and residual stream over tensor "
+                         "parallel): give a multiple of it")
     if scenario.seq % (2 * config.cp if config.cp > 1 else 1):
         raise UsageError(f"{arg('seq_len', scenario.seq)} does not split into 2 × {arg('cp', config.cp)} chunks "
                          "(context parallel balances a causal sequence in 2·cp chunks)")

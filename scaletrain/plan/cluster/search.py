@@ -15,6 +15,7 @@ from ...foundation.errors import UsageError, arg
 from ...parallel.dims import ParallelDims
 from .config import CHECKPOINTING, ClusterConfig, ClusterScenario, check
 from .prediction import ClusterPrediction
+from .runnable import train_refusal
 from .software import Software
 from .step import predict
 
@@ -55,7 +56,7 @@ LAYOUTS = {
     "fsdp": Layout(False, ("sharded",)),
     "hsdp": Layout(False, ("hybrid",)),
     "ddp": Layout(False, ("replicated",)),
-    "tp": Layout(False, ("sharded",)),
+    "tp": Layout(False, ("replicated",)),
     "pipeline": Layout(True, ("sharded",)),
 }
 
@@ -78,12 +79,16 @@ def candidates(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterConfig]:
         raise UsageError(f"{what} {arg('gpus', gpus)}: choose degrees whose product divides the GPUs")
     tps = [fixed.tp] if fixed.tp else [t for t in (1, 2, 4, 8) if t <= gpn and s.heads % t == 0 and s.ffn % t == 0
                                        and s.vocab % t == 0 and gpus % t == 0]
+    if not fixed.tp and fixed.strategy in ("ddp", "tp"):  # ddp has no tensor parallel; tp has
+        tps = [t for t in tps if (t > 1) == (fixed.strategy == "tp")]
     pps = [fixed.pp] if fixed.pp else [p for p in (1, 2, 4, 8, 16) if p <= s.layers and gpus % p == 0]
     pipelined = LAYOUTS[fixed.strategy].pipelined
     if pipelined is not None and not fixed.pp:
         pps = [p for p in pps if p > 1] if pipelined else [1]
     # Context parallel where a sequence is long (its ring is worth it from 16k tokens) or asked for.
     cps = [fixed.cp] if fixed.cp else [c for c in (1, 2, 4, 8) if c == 1 or scenario.seq >= 16384 * c // 2]
+    if not fixed.cp and fixed.strategy in ("ddp", "pipeline"):  # neither takes context parallel in train
+        cps = [1]
     acs = [fixed.checkpointing] if fixed.checkpointing else list(CHECKPOINTING)
     out = []
     for tp in tps:
@@ -130,8 +135,14 @@ def _schedules(pp: int, layers: int, fixed: Fixed) -> list[tuple[str, int]]:
     return out
 
 
+#: The `scaletrain train` strategy each --strategy of a cluster plan means (hsdp: fsdp with --dp-replicate).
+TRAIN_STRATEGY = {"fsdp": "fsdp", "hsdp": "fsdp", "ddp": "ddp", "tp": "tp", "pipeline": "pipeline"}
+
+
 def predict_all(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterPrediction]:
     configs = candidates(scenario, fixed)
+    if fixed.strategy is not None:  # the layouts --strategy names, as train runs them
+        configs = [c for c in configs if c.strategy == TRAIN_STRATEGY[fixed.strategy]]
     if not configs:
         raise UsageError(_nothing(scenario, fixed))
     results, last_error = [], None
@@ -141,7 +152,9 @@ def predict_all(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterPredicti
         except UsageError as exc:
             last_error = exc
             continue
-        results.append(predict(config, scenario))
+        prediction = predict(config, scenario)
+        prediction.runnable = train_refusal(config, prediction.microbatches)
+        results.append(prediction)
     if not results:
         raise last_error  # the one line of what is wrong with the configuration the flags pin
     return sorted(results, key=lambda r: -r.tokens_per_second_per_gpu)
@@ -154,10 +167,7 @@ def _nothing(scenario: ClusterScenario, fixed: Fixed) -> str:
 
 
 def choose(predictions: list[ClusterPrediction]) -> tuple[Optional[ClusterPrediction], Optional[ClusterPrediction]]:
-    """The fastest configuration that fits, and the runner-up that fits."""
-    fitting = [p for p in predictions if p.fits]
+    """The fastest configuration that fits and `scaletrain train` runs, and the runner-up."""
+    fitting = [p for p in predictions if p.fits and not p.runnable]
     return (fitting[0] if fitting else None), (fitting[1] if len(fitting) > 1 else None)
 
-
-def with_degrees(config: ClusterConfig, **changes) -> ClusterConfig:
-    return replace(config, **changes)
