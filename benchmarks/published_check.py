@@ -71,10 +71,11 @@ def summary(results: list[dict]) -> dict:
             "published_configurations_not_fitting": [r["name"] for r in results if not r["fits"]]}
 
 
-def _grouped(results: list[dict], key) -> list[str]:
-    groups: dict = {}
+def _grouped(results: list[dict], key, order=()) -> list[str]:
+    groups: dict = {name: [] for name in order}
     for r in results:
         groups.setdefault(key(r), []).append(r)
+    groups = {name: rows for name, rows in groups.items() if rows}
     lines = []
     for name, rows in groups.items():
         errors = [abs(r["error"]) for r in rows]
@@ -94,7 +95,7 @@ def markdown(results: list[dict]) -> str:
                      f"{r['predicted']:,.0f} | {r['error']:+.1%} | {memory} | {'yes' if r['fits'] else 'no'} |")
     head = ["", "| group | rows | median \\|error\\| | median error | largest \\|error\\| |", "|---|---:|---:|---:|---:|"]
     lines += ["", "By source:"] + head[1:] + _grouped(results, lambda r: r["source"])
-    lines += ["", "By sequence length:"] + head[1:] + _grouped(results, lambda r: band(r["seq"]))
+    lines += ["", "By sequence length:"] + head[1:] + _grouped(results, lambda r: band(r["seq"]), [name for _limit, name in SEQ_BANDS])
     s = summary(results)
     memory = f"memory: largest |error| {s['memory_largest_abs_error']:.1%} over {s['memory_rows']} rows" \
         if s["memory_rows"] else "no memory published"

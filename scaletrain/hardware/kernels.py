@@ -26,8 +26,11 @@ HERE = Path(__file__).parent / "kernels"
 #: kernel computes: the tiles on and below the diagonal, half of it (the published rates count
 #: that half, so the tiles' diagonal waste is in the rates).
 CAUSAL_FRACTION = 0.5
-#: Where a figure gives no point beyond this sequence length, a kernel's rate stays its last.
-MODES = ("fwd", "bwd")
+#: The Triton FlashAttention of 2022–23 (flash-attn's flash_attn_triton, which llm-foundry and
+#: others ran) was published against FlashAttention-2 on A100s only (the FA2 paper's figure); on
+#: Hopper it is taken as FlashAttention-2's H100 rate × its A100 ratio to FlashAttention-2 — an
+#: estimate. `triton` on Hopper is the FA3 paper's Triton kernel of 2024.
+TRITON_2023 = "triton-2023"
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,7 +39,8 @@ def _series() -> tuple:
 
 
 def kernels(architecture: str) -> list[str]:
-    return sorted({s["kernel"] for s in _series() if s["architecture"] == architecture})
+    found = {s["kernel"] for s in _series() if s["architecture"] == architecture}
+    return sorted(found | ({TRITON_2023} if "flash2" in found else set()))
 
 
 def _interpolate(points: list, seq: float) -> float:
@@ -79,6 +83,14 @@ def _split(causal: bool, head_dim: float, seq: float) -> float:
 def published_rates(architecture: str, kernel: str, causal: bool, head_dim: float, seq: float):
     """(forward, backward) TFLOP/s of `kernel` in the FlashAttention convention, or None where
     no figure describes it on this architecture."""
+    if kernel == TRITON_2023:
+        if architecture == "sm80":
+            return published_rates(architecture, "triton", causal, head_dim, seq)
+        flash2 = published_rates(architecture, "flash2", causal, head_dim, seq)
+        a100 = [_published("sm80", k, "fwd_bwd", causal, head_dim, seq) for k in ("triton", "flash2")]
+        if flash2 is None or None in a100:
+            return None
+        return tuple(rate * a100[0] / a100[1] for rate in flash2)
     ratio = _split(causal, head_dim, seq)
     forward = _published(architecture, kernel, "fwd", causal, head_dim, seq)
     both = _published(architecture, kernel, "fwd_bwd", causal, head_dim, seq)

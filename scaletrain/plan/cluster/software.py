@@ -47,6 +47,9 @@ SDPA_CUDNN_FROM = (2, 10)
 #: scaled_dot_product_attention takes grouped keys and values (enable_gqa) from torch 2.5; before,
 #: model code expanded them to every head (repeat_kv).
 SDPA_GQA_FROM = (2, 5)
+#: The Triton FlashAttention of the FlashAttention-3 paper's figure (2024) goes with torch 2.3's
+#: generation and later; an older run's Triton kernel is flash-attn's of 2022–23.
+TRITON_2024_FROM = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,11 @@ class Software:
     def attention_kernel(self, profile) -> str:
         """The kernel that runs the attention: `calibrated` (the one the profile's calibration
         timed, SDPA's pick with today's torch), a published kernel's name, or `sdpa-math`."""
+        version = self.version(profile)
+        if self.attention == "triton" and version < TRITON_2024_FROM:
+            return "triton-2023"  # flash-attn's Triton kernel of its time (hardware/kernels.py)
         if self.attention != "sdpa":
             return self.attention
-        version = self.version(profile)
         if version < SDPA_FROM:
             return "sdpa-math"  # no scaled_dot_product_attention: attention as torch's operators
         if version < SDPA_FLASH2_FROM:
