@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..hardware import for_device_name, load_profile
+    from ..hardware import profile_here
     from ..plan.cluster.calibrate import measure, summary
 
     dry = args.dry_run
@@ -43,15 +43,7 @@ def run(args: argparse.Namespace) -> int:
                          "GPU machine, or give --dry-run to check the command here")
     if args.out is not None and args.out.suffix != ".toml":
         raise UsageError(f"--out {args.out}: a profile is a .toml file; give --out {args.out.with_suffix('.toml')}")
-    if args.hardware:
-        base = load_profile(args.hardware)
-    elif dry:
-        base = load_profile("h200")
-    else:
-        base, reason = for_device_name(torch.cuda.get_device_name())
-        if base is None:
-            raise UsageError(f"{reason}; or give --hardware NAME, the built-in profile whose datasheet figures this "
-                             "GPU's profile should keep")
+    base = profile_here(args.hardware, dry)
     out = args.out or Path(f"{base.name}-calibrated.toml")
     say = (lambda text: print(text, flush=True))
     say(f"calibrating {'the CPU (dry run: tiny shapes)' if dry else torch.cuda.get_device_name()} against the "

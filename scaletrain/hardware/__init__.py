@@ -61,7 +61,9 @@ class HardwareProfile:
         if self.calibration is None:
             return "roofline figures (no calibration of this GPU)"
         scaled = " scaled to this part" if (self.compute_scale, self.memory_scale) != (1.0, 1.0) else ""
-        return f"calibration measured on {self.calibration.gpu_name} (torch {self.calibration.torch_version}){scaled}"
+        c = self.calibration
+        cuda = f", CUDA {c.cuda_version}" if c.cuda_version else ""
+        return f"calibration measured on {c.gpu_name} (torch {c.torch_version}{cuda}){scaled}"
 
     # -- time of one kernel ------------------------------------------------------------------
     def matmul_seconds(self, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> float:
@@ -191,3 +193,19 @@ def for_device_name(device_name: str) -> tuple[Optional[HardwareProfile], str]:
     return None, (f"no hardware profile names the GPU {device_name!r} (known: "
                   f"{', '.join(n for p in profile_names() for n in load_profile(p).cuda_names)}); its peak is not "
                   "guessed — add its name to a profile's cuda_names")
+
+
+def profile_here(name_or_file: Optional[str], dry_run: bool) -> HardwareProfile:
+    """The profile of the GPU this process runs on: the one named, else (a CPU dry run) the
+    h200's, else the built-in profile naming this GPU exactly (UsageError with the reason
+    where none does)."""
+    if name_or_file:
+        return load_profile(name_or_file)
+    if dry_run:
+        return load_profile("h200")
+    import torch
+
+    profile, reason = for_device_name(torch.cuda.get_device_name())
+    if profile is None:
+        raise UsageError(f"{reason}; or give --hardware NAME, the built-in profile of this GPU's kind")
+    return profile

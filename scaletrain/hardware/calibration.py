@@ -24,6 +24,8 @@ class Calibration:
     kernel_overhead_s: float = 0.0
     layer_efficiency: float = 1.0  # whole layers' kernels' time alone ÷ the layers' measured time
     measured_at: str = ""
+    cuda_version: str = ""
+    attention_kernel: str = ""  # the kernels scaled_dot_product_attention ran ("": not recorded)
 
     @classmethod
     def from_dict(cls, data: dict, source: str) -> "Calibration":
@@ -41,7 +43,8 @@ class Calibration:
                    memory_bytes_per_s=sorted(memory)[len(memory) // 2] if memory else 0.0,
                    kernel_overhead_s=float(data.get("kernel_overhead_us", 0.0)) * 1e-6,
                    layer_efficiency=float(data.get("layer_efficiency", 1.0)),
-                   measured_at=data.get("measured_at", ""))
+                   measured_at=data.get("measured_at", ""), cuda_version=str(data.get("cuda_version") or ""),
+                   attention_kernel=data.get("attention_kernel", ""))
 
     def has_matmul(self, dtype: str) -> bool:
         return bool(self.matmul.get(dtype))

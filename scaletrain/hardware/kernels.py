@@ -26,8 +26,8 @@ HERE = Path(__file__).parent / "kernels"
 #: kernel computes: the tiles on and below the diagonal, half of it (the published rates count
 #: that half, so the tiles' diagonal waste is in the rates).
 CAUSAL_FRACTION = 0.5
-#: The Triton FlashAttention of 2022–23 (flash-attn's flash_attn_triton, which llm-foundry and
-#: others ran) was published against FlashAttention-2 on A100s only (the FA2 paper's figure); on
+#: The Triton FlashAttention of 2022–23 (flash-attn's flash_attn_triton, which training libraries of
+#: the time ran) was published against FlashAttention-2 on A100s only (the FA2 paper's figure); on
 #: Hopper it is taken as FlashAttention-2's H100 rate × its A100 ratio to FlashAttention-2 — an
 #: estimate. `triton` on Hopper is the FA3 paper's Triton kernel of 2024.
 TRITON_2023 = "triton-2023"

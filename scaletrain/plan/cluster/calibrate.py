@@ -134,6 +134,22 @@ def attention(device, dtype, seqs, tokens, heads, head_dim, repeat) -> list[dict
     return rows
 
 
+def attention_kernel_name(device, dtype=torch.bfloat16) -> str:
+    """Which kernel scaled_dot_product_attention runs here (a causal bf16 call, head size 128,
+    as the rows above make): the names of the kernels a profiler sees, so that the calibration
+    says what software its attention rates describe."""
+    from torch.profiler import ProfilerActivity, profile
+
+    q = torch.randn(1, 8, 1024, 128 if device.type == "cuda" else 16, device=device, dtype=dtype)
+    activities = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        with _flash(device):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        sync(device)
+    names = {e.name for e in prof.events() if any(w in e.name.lower() for w in ("flash", "cudnn", "fmha", "attention"))}
+    return "; ".join(sorted(names)[:3]) or "unknown"
+
+
 def _flash(device):
     if device.type != "cuda":
         import contextlib
@@ -250,7 +266,9 @@ def measure(dry: bool, say=print) -> dict:
             heads = 4 if dry else 4096 // head_dim
             result["attention"] += attention(device, torch.bfloat16, seqs, 256 if dry else 32768, heads, head_dim,
                                              repeat=3 if dry else 5)
-        say(f"attention: {len(result['attention'])} rows ({time.perf_counter() - started:.0f} s)")
+        result["attention_kernel"] = attention_kernel_name(device)
+        say(f"attention: {len(result['attention'])} rows, kernel {result['attention_kernel']} "
+            f"({time.perf_counter() - started:.0f} s)")
         result["memory"] = memory_bound(device, (2 ** 20,) if dry else (2 ** 27, 2 ** 29, 2 ** 30),
                                         repeat=3 if dry else 8)
         result["layers"] = layers_in_step(device, result, dry, say)

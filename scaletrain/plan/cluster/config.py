@@ -45,25 +45,12 @@ class ClusterConfig:
     cp_rotate: str = "ring"  # context parallel passes keys and values round a ring, or all-gathers them ("allgather")
     software: Software = field(default_factory=Software)
 
-    @property
-    def dp_replicate(self) -> int:
-        return self.dims.dp_replicate
-
-    @property
-    def dp_shard(self) -> int:
-        return self.dims.dp_shard
-
-    @property
-    def tp(self) -> int:
-        return self.dims.tp
-
-    @property
-    def pp(self) -> int:
-        return self.dims.pp
-
-    @property
-    def cp(self) -> int:
-        return self.dims.cp
+    # the mesh's degrees, read from `dims`
+    dp_replicate = property(lambda self: self.dims[DP_REPLICATE])
+    dp_shard = property(lambda self: self.dims[DP_SHARD])
+    tp = property(lambda self: self.dims[TP])
+    pp = property(lambda self: self.dims[PP])
+    cp = property(lambda self: self.dims[CP])
 
     @property
     def compile(self) -> bool:

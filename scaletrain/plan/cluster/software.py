@@ -92,10 +92,11 @@ class Software:
     def kv_expanded(self, profile) -> bool:
         """Whether grouped-query attention's keys and values are copied to every head before the
         kernel: FlashAttention-2 and 3 and cuDNN take them grouped, as SDPA does from torch 2.5
-        (enable_gqa); FlashAttention (v1), the math path and older SDPA need them expanded."""
+        (enable_gqa); FlashAttention (v1), the Triton kernel of 2022–23, the math path and
+        older SDPA need them expanded."""
         if self.gqa:
             return self.gqa == "expanded"
-        if self.attention_kernel(profile) in ("sdpa-math", "flash1"):
+        if self.attention_kernel(profile) in ("sdpa-math", "flash1", "triton-2023"):
             return True
         return self.attention == "sdpa" and self.version(profile) < SDPA_GQA_FROM
 
