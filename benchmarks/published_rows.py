@@ -75,7 +75,7 @@ def _config(software: Software, **settings) -> ClusterConfig:
     return ClusterConfig(dims, software=software, **settings)
 
 
-TT_DEC24 = Software(torch="2.6", loss="eager", gqa="expanded")
+TT_DEC24 = Software(torch="2.6", loss="eager", gqa="expanded", layer_kernels="eager")
 TT_SOURCE = "torchtitan Dec 2024 (H100 96 GB, 500 W)"
 
 
@@ -122,7 +122,7 @@ def torchtitan_2025() -> list[Row]:
     rows = []
     # torchtitan compiles the loss with the model from February 2025 (build_cross_entropy_loss):
     # inductor fuses the upcast into the cross-entropy's kernels, as a fused loss
-    soft = Software(torch="2.8", loss="fused", gqa="expanded", compile=True)
+    soft = Software(torch="2.8", loss="fused", gqa="expanded", compile=True, layer_kernels="eager")
     gpu = load_profile("h100-96g")
     for async_tp, tps in ((False, 597.3), (True, 652.4)):
         config = _config(soft, dp_shard=32, tp=8, microbatch=16, checkpointing="full", async_tp=async_tp)
@@ -140,7 +140,7 @@ def torchtitan_2025() -> list[Row]:
 
 def torchtitan_apr2024() -> list[Row]:
     gpu, source, rows = load_profile("a100-80g"), "torchtitan April 2024 (A100 80 GB)", []
-    fused = Software(torch="2.4", loss="eager", gqa="expanded", layer_kernels="fused")  # Triton fused RMSNorm
+    fused = Software(torch="2.4", loss="eager", gqa="expanded", layer_kernels="norms")  # Triton fused RMSNorm
     eager = dataclasses.replace(fused, layer_kernels="eager")
     llama2_13b = llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096)
     for name, shape, seq, mb, ac, soft, wps in (
@@ -163,7 +163,7 @@ def fms_fsdp() -> list[Row]:
     rows = []
     for compiled, model, ac, a100_tps, h100_tps in ((True, "7B", "none", 4550, 9600), (False, "7B", "none", 3700, 7500),
                                                     (False, "34B", "full", 700, 1550), (False, "70B", "full", 370, 800)):
-        soft = Software(torch="2.3", loss="eager", reduce_dtype="bf16", compile=compiled)
+        soft = Software(torch="2.3", loss="eager", reduce_dtype="bf16", compile=compiled, layer_kernels="eager")
         for gpu, gpus, tps in ((a100, 128, a100_tps), (h100, 96, h100_tps)):
             layout = dict(dp_shard=8, dp_replicate=gpus // 8) if model == "7B" else dict(dp_shard=gpus)
             config = _config(soft, microbatch=2, checkpointing=ac, **layout)

@@ -24,7 +24,7 @@ from scaletrain.plan.cluster.comm import Network, group
 from scaletrain.plan.cluster.compute import activation_bytes, peak_bytes
 from scaletrain.plan.cluster.config import ClusterConfig, ClusterScenario
 from scaletrain.plan.cluster.flop_conventions import published_flops_per_token
-from scaletrain.plan.cluster.loss import CHUNK_LIVE_BYTES, CHUNK_TOKENS
+from scaletrain.plan.cluster.loss import CHUNK_ELEMENTS, CHUNK_LIVE_BYTES
 from scaletrain.plan.cluster.memory import FRAGMENTATION
 from scaletrain.plan.cluster.reference import Layout
 from scaletrain.plan.cluster.software import Software
@@ -51,7 +51,8 @@ def test_loss_memory_by_implementation():
     scenario = ClusterScenario(SMALL, profile, 1, 1, 2048, 1)
     parts = {loss: predict(ClusterConfig(software=Software(loss=loss)), scenario).memory["transient"]
              for loss in ("fused", "chunked")}
-    assert parts["chunked"] - parts["fused"] == pytest.approx(CHUNK_LIVE_BYTES * CHUNK_TOKENS * SMALL.vocab)
+    chunk = CHUNK_ELEMENTS // SMALL.vocab * SMALL.vocab
+    assert parts["chunked"] - parts["fused"] == pytest.approx(CHUNK_LIVE_BYTES * chunk)
 
 
 def test_fused_llama_layer_keeps_34_bytes_per_token_and_hidden():

@@ -56,7 +56,8 @@ def add_software_arguments(p: argparse.ArgumentParser) -> None:
                         "kernel on the bf16 logits), eager (cross_entropy(logits.float()))")
     g.add_argument("--compile", action="store_true", help="torch.compile: the blocks' memory-bound operators fused")
     g.add_argument("--layer-kernels", choices=LAYER_KERNELS,
-                   help="norms and rotary embeddings: eager torch operators (default) or fused kernels")
+                   help="norms (default: RMSNorm by torch's fused kernel, the rest eager, scaletrain's own), eager (norms, "
+                        "rotary embeddings and SwiGLU as torch operators) or fused (all three as fused kernels)")
     g.add_argument("--gqa", choices=GQA,
                    help="grouped-query attention's keys and values: given to the kernel grouped (native) or "
                         "expanded to every head (default: what the attention kernel does)")

@@ -76,8 +76,9 @@ class Linear(nn.Module):
 @dataclass(frozen=True)
 class Layout:
     """How the run's code lays a layer out in memory (see the module's docstring)."""
-    fused_layers: bool = False
+    fused_layers: bool = False  # rotary embeddings and SwiGLU as fused kernels (the norms too)
     kv_expanded: bool = True
+    fused_norms: bool = False  # RMSNorm as torch's fused kernel
     loss: str = "eager"  # eager: traced as torch runs it; fused (and chunked, see loss.py): the fused kernel
 
 
@@ -228,4 +229,5 @@ class ReferenceLM(nn.Module):
 
 def _norm(shape: ModelShape, layout: Layout) -> nn.Module:
     """RMSNorm (eager or fused) for Llama-style models; LayerNorm, one native kernel, for GPT-style."""
-    return RMSNorm(shape.hidden, layout.fused_layers) if shape.family == "llama" else nn.LayerNorm(shape.hidden)
+    fused = layout.fused_layers or layout.fused_norms
+    return RMSNorm(shape.hidden, fused) if shape.family == "llama" else nn.LayerNorm(shape.hidden)

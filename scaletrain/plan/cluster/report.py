@@ -44,7 +44,7 @@ def software_row(c: ClusterConfig, scenario: ClusterScenario) -> dict:
     s, profile = c.software, scenario.profile
     return {"torch": ".".join(map(str, s.version(profile))), "attention": s.attention,
             "attention_kernel": s.attention_kernel(profile), "loss": s.loss, "compile": s.compile,
-            "layer_kernels": "fused" if s.fused_layers else "eager", "kv_expanded": s.kv_expanded(profile),
+            "layer_kernels": "fused" if s.fused_layers else s.layer_kernels, "kv_expanded": s.kv_expanded(profile),
             "reduce_dtype": s.reduce_dtype}
 
 

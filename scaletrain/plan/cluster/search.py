@@ -41,7 +41,7 @@ class Fixed:
 
 
 @dataclass(frozen=True)
-class Layout:
+class StrategyLayout:
     """What a cluster plan's --strategy fixes of the search."""
     pipelined: Optional[bool]
     """Pipeline stages searched (None), at least two (True) or none (False), where --pp is not given."""
@@ -52,12 +52,12 @@ class Layout:
 
 #: The layouts a cluster plan takes as --strategy (None: the search's own, every layout).
 LAYOUTS = {
-    None: Layout(None, ("sharded", "hybrid")),
-    "fsdp": Layout(False, ("sharded",)),
-    "hsdp": Layout(False, ("hybrid",)),
-    "ddp": Layout(False, ("replicated",)),
-    "tp": Layout(False, ("replicated",)),
-    "pipeline": Layout(True, ("sharded",)),
+    None: StrategyLayout(None, ("sharded", "hybrid")),
+    "fsdp": StrategyLayout(False, ("sharded",)),
+    "hsdp": StrategyLayout(False, ("hybrid",)),
+    "ddp": StrategyLayout(False, ("replicated",)),
+    "tp": StrategyLayout(False, ("replicated",)),
+    "pipeline": StrategyLayout(True, ("sharded",)),
 }
 
 

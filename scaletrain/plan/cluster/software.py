@@ -6,9 +6,9 @@ or not), FSDP's gradient-reduction dtype and torch.compile.
 The default is what `scaletrain train` itself runs on that GPU: today's torch (the version
 the profile's calibration was measured with), attention by `scaled_dot_product_attention`
 (whatever kernel that torch picks on that GPU, as the calibration timed it), a chunked
-cross-entropy that never holds the whole fp32 logits, Hugging Face's eager norms and rotary
-embeddings, keys and values not expanded (SDPA's `enable_gqa`), gradients reduced in fp32,
-eager. A plan of another run names its software (`plan --hardware --torch 2.1 --attention
+cross-entropy that never holds the whole fp32 logits, RMSNorm by torch's fused kernel and
+Hugging Face's eager rotary embeddings, keys and values not expanded (SDPA's `enable_gqa`),
+gradients reduced in fp32, eager. A plan of another run names its software (`plan --hardware --torch 2.1 --attention
 flash2 --loss fused ...`); what each value means for the prediction is in
 docs/cluster-planning.md."""
 
@@ -31,8 +31,11 @@ ATTENTION = ("sdpa", "flash1", "flash2", "flash3", "cudnn", "triton", "sdpa-math
 #: forward (flash-attn's, Liger's, Megatron-LM's vocabulary-parallel one); `eager`
 #: `cross_entropy(logits.float())` (Hugging Face's and torchtitan's).
 LOSS = ("chunked", "fused", "eager")
-#: --layer-kernels: the norms' and rotary embeddings' kernels.
-LAYER_KERNELS = ("eager", "fused")
+#: --layer-kernels: `norms` runs RMSNorm as torch's fused kernel and the rest of a layer's
+#: memory-bound operators eagerly (scaletrain's: its fused_norms); `eager` all of them as torch
+#: operators (Hugging Face's code, torchtitan's of 2024); `fused` norms, rotary embeddings and
+#: SwiGLU as fused kernels (Apex, Transformer Engine, flash-attn's layers, Liger).
+LAYER_KERNELS = ("norms", "eager", "fused")
 GQA = ("native", "expanded")
 REDUCE_DTYPES = ("fp32", "bf16")
 
@@ -60,8 +63,9 @@ class Software:
     loss: str = "chunked"
     compile: bool = False
     """torch.compile: the blocks' memory-bound operators fused (the loss stays eager)."""
-    layer_kernels: str = "eager"
-    """Norms and rotary embeddings as eager torch operators or fused kernels (compile fuses them too)."""
+    layer_kernels: str = "norms"
+    """Norms, rotary embeddings and SwiGLU as eager torch operators or fused kernels (LAYER_KERNELS;
+    compile fuses them all)."""
     gqa: str = ""
     """"native", "expanded", or "" for what the attention kernel does (see `kv_expanded`)."""
     reduce_dtype: str = "fp32"
@@ -104,11 +108,15 @@ class Software:
     def fused_layers(self) -> bool:
         return self.compile or self.layer_kernels == "fused"
 
+    @property
+    def fused_norms(self) -> bool:
+        return self.fused_layers or self.layer_kernels == "norms"
+
     def describe(self, profile) -> str:
         version = ".".join(map(str, self.version(profile)))
         parts = [f"torch {version}", f"attention {self.attention}"
                  + (f" ({self.attention_kernel(profile)})" if self.attention == "sdpa" else ""),
-                 f"loss {self.loss}", f"layer kernels {'fused' if self.fused_layers else 'eager'}"]
+                 f"loss {self.loss}", f"layer kernels {'fused' if self.fused_layers else self.layer_kernels}"]
         if self.kv_expanded(profile):
             parts.append("K/V expanded")
         parts.append(f"gradients reduced in {self.reduce_dtype}")

@@ -31,7 +31,8 @@ ALLOC_RETRY_SECONDS = 1e-3
 
 def variant_of(config: ClusterConfig, scenario: ClusterScenario) -> Variant:
     software, profile = config.software, scenario.profile
-    layout = Layout(software.fused_layers, software.kv_expanded(profile), traced_as(software.loss))
+    layout = Layout(fused_layers=software.fused_layers, kv_expanded=software.kv_expanded(profile),
+                    fused_norms=software.fused_norms, loss=traced_as(software.loss))
     return Variant(config.tp, scenario.seq // config.cp, config.checkpointing, config.float8,
                    "eager" if software.attention_kernel(profile) == "sdpa-math" else "flash", config.sequence_parallel,
                    layout)
