@@ -119,6 +119,10 @@ def _prediction(parts: StepParts, one, schedule: Schedule, step: float, optimize
     tokens_gpu = scenario.global_batch * scenario.seq / scenario.gpus
     memory = memory_parts(config, scenario, parts.layer_costs, one, parts.params_rank, list(parts.chunks),
                           parts.microbatches)
+    for c in enabled(config):  # what a parallelism adds at the peak beyond the composition's parts
+        if c.memory is not None:
+            for part, nbytes in c.memory(parts).items():
+                memory[part] = memory.get(part, 0.0) + nbytes
     total_memory = sum(memory.values())
     if total_memory > profile.memory_bytes >= total_memory - memory["allocator"]:
         # fits only where the allocator keeps no reserve: it frees its cache and retries
