@@ -70,10 +70,10 @@ def run_train(config_file: Path, seq: int, mb: int, ac: str, out: Path, dry: boo
 
 
 def predict(shape, profile, seq: int, mb: int, ac: str):
-    from scaletrain.plan.cluster.config import ClusterConfig, Scenario
+    from scaletrain.plan.cluster.config import ClusterConfig, ClusterScenario
     from scaletrain.plan.cluster.step import predict as predict_step
 
-    scenario = Scenario(shape, profile, 1, 1, seq, mb)
+    scenario = ClusterScenario(shape, profile, 1, 1, seq, mb)
     # One process under FSDP2: its blocks gathered (a copy) and cast to bf16 as on many GPUs.
     return predict_step(ClusterConfig(microbatch=mb, checkpointing=ac, fsdp_casts=True), scenario)
 
@@ -87,22 +87,19 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from scaletrain.hardware import for_device_name, load_profile
+    from scaletrain.foundation.errors import UsageError
+    from scaletrain.hardware import profile_here
     from scaletrain.hardware.calibration import Calibration
     from scaletrain.workloads.model_shapes import shape_from_config
 
     dry = args.dry_run or not torch.cuda.is_available()
     if dry and not args.dry_run:
         print("gpu_step_check: no CUDA device here; running the CPU dry run instead")
-    if args.hardware:
-        profile = load_profile(args.hardware)
-    elif dry:
-        profile = load_profile("h200")
-    else:
-        profile, reason = for_device_name(torch.cuda.get_device_name())
-        if profile is None:
-            print(f"gpu_step_check: {reason}; give --hardware NAME")
-            return 2
+    try:
+        profile = profile_here(args.hardware, dry)
+    except UsageError as exc:
+        print(f"gpu_step_check: {exc}")
+        return 2
     if args.calibration:
         calibration = Calibration.from_dict(json.loads(args.calibration.read_text()), str(args.calibration))
         profile = replace(profile, calibration=calibration, compute_scale=1.0, memory_scale=1.0)

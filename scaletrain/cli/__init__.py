@@ -32,6 +32,7 @@ COMMANDS = {
     "bench": ("bench_cmd", "measure speedup, efficiency, time breakdown and accuracy of strategies"),
     "comm": ("comm_cmd", "benchmark the collectives: time, algorithm and bus bandwidth"),
     "plan": ("plan_cmd", "predict speedup, efficiency and memory per device, before running"),
+    "calibrate": ("calibrate_cmd", "measure this GPU's kernels and write a hardware profile of it for plan --hardware"),
     "report": ("report_cmd", "compare finished runs: a table of their settings and results, and plots"),
 }
 
@@ -109,7 +110,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 #: Commands that import torch: before their flags are read, so that the import happens
 #: where a signal cannot break it.
-NEED_TORCH = frozenset({"train", "bench", "plan", "comm"})
+NEED_TORCH = frozenset({"train", "bench", "plan", "comm", "calibrate"})
 
 
 def _run(parser: OneLineParser, argv: list[str], rank: bool = False) -> int:

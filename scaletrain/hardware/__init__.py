@@ -17,6 +17,7 @@ from typing import Optional
 
 from ..foundation.errors import UsageError
 from .calibration import Calibration
+from .kernels import CAUSAL_FRACTION, head_dim_factor, published_rates
 
 try:
     import tomllib
@@ -47,6 +48,7 @@ class HardwareProfile:
     compute_scale: float = 1.0  # the calibration's compute figures × this (another clock, another part)
     memory_scale: float = 1.0  # the calibration's bandwidths × this (another memory)
     notes: tuple = field(default=())
+    architecture: str = ""  # sm80, sm90: which published kernel rates describe it ("": none)
 
     def peak(self, dtype: str) -> Optional[float]:
         """Dense peak FLOP/s for `dtype` (bf16, fp16, fp8, tf32, fp32); None where the GPU has
@@ -59,7 +61,9 @@ class HardwareProfile:
         if self.calibration is None:
             return "roofline figures (no calibration of this GPU)"
         scaled = " scaled to this part" if (self.compute_scale, self.memory_scale) != (1.0, 1.0) else ""
-        return f"calibration measured on {self.calibration.gpu_name} (torch {self.calibration.torch_version}){scaled}"
+        c = self.calibration
+        cuda = f", CUDA {c.cuda_version}" if c.cuda_version else ""
+        return f"calibration measured on {c.gpu_name} (torch {c.torch_version}{cuda}){scaled}"
 
     # -- time of one kernel ------------------------------------------------------------------
     def matmul_seconds(self, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> float:
@@ -73,14 +77,29 @@ class HardwareProfile:
         moved = element * batch * (m * k + k * n) + 2 * batch * m * n
         return max(flops / (peak * share), moved / self.memory_rate()) + self.kernel_overhead()
 
-    def attention_seconds(self, counted_flops: float, seq_q: int, seq_k: int, causal: bool, backward: bool) -> float:
-        """Flash attention's time for `counted_flops` as torch's FLOP counter counts them
-        (the whole score matrix, causal or not)."""
-        if self.calibration is not None and self.calibration.attention:
-            rate = self.calibration.attention_rate(seq_k, causal, backward) * self.compute_scale
+    def attention_seconds(self, counted_flops: float, seq_q: int, seq_k: int, causal: bool, backward: bool,
+                          head_dim: int = 128, kernel: str = "calibrated") -> float:
+        """An attention kernel's time for `counted_flops` as torch's FLOP counter counts them
+        (the whole score matrix, causal or not): `calibrated`, the kernel the calibration timed
+        (torch's scaled_dot_product_attention as it ran there); a kernel named (flash1, flash2,
+        flash3, cudnn, triton, efficient) at the rate its authors published for this
+        architecture; the roofline figure where neither exists. A causal kernel computes
+        CAUSAL_FRACTION of the score matrix."""
+        if kernel == "calibrated" and self.calibration is not None and self.calibration.attention:
+            rate = self.calibration.attention_rate(seq_k, causal, backward, head_dim) * self.compute_scale
+            measured_dim = self.calibration.attention_head_dim(head_dim)
+            if self.architecture and measured_dim != head_dim:
+                rate *= head_dim_factor(self.architecture, causal, head_dim, seq_k) / \
+                    head_dim_factor(self.architecture, causal, measured_dim, seq_k)
             return counted_flops / rate
-        work = counted_flops * (0.5 if causal and seq_q == seq_k else 1.0)
-        return work / (self.peak("bf16") * self.efficiency.get("attention", 0.45)) + self.kernel_overhead()
+        square_causal = causal and seq_q == seq_k
+        work = counted_flops * (CAUSAL_FRACTION if square_causal else 1.0)
+        if kernel == "calibrated":
+            kernel = "flash2"  # no calibration: the kernel torch's SDPA runs by default
+        rates = published_rates(self.architecture, kernel, square_causal, head_dim, seq_k) if self.architecture else None
+        if rates is None:
+            return work / (self.peak("bf16") * self.efficiency.get("attention", 0.45)) + self.kernel_overhead()
+        return work / (rates[1 if backward else 0] * 1e12 * self.compute_scale) + self.kernel_overhead()
 
     @property
     def in_step(self) -> float:
@@ -144,7 +163,8 @@ def profile_from_dict(data: dict, path: Path) -> HardwareProfile:
             name=str(data.get("name", path.stem)), description=str(data.get("description", "")),
             cuda_names=tuple(data.get("cuda_names", ())), memory_bytes=float(data["memory_gib"]) * 2 ** 30,
             hbm_bytes_per_s=float(data["hbm_tb_per_s"]) * 1e12, gpus_per_node=int(data.get("gpus_per_node", 8)),
-            peak_flops=peak, efficiency=efficiency, links=dict(data.get("links", {})), source=str(path))
+            peak_flops=peak, efficiency=efficiency, links=dict(data.get("links", {})), source=str(path),
+            architecture=str(data.get("architecture", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{where}: the profile lacks or mistypes {exc}; see scaletrain/hardware/profiles/ for the "
                          "fields") from None
@@ -173,3 +193,19 @@ def for_device_name(device_name: str) -> tuple[Optional[HardwareProfile], str]:
     return None, (f"no hardware profile names the GPU {device_name!r} (known: "
                   f"{', '.join(n for p in profile_names() for n in load_profile(p).cuda_names)}); its peak is not "
                   "guessed — add its name to a profile's cuda_names")
+
+
+def profile_here(name_or_file: Optional[str], dry_run: bool) -> HardwareProfile:
+    """The profile of the GPU this process runs on: the one named, else (a CPU dry run) the
+    h200's, else the built-in profile naming this GPU exactly (UsageError with the reason
+    where none does)."""
+    if name_or_file:
+        return load_profile(name_or_file)
+    if dry_run:
+        return load_profile("h200")
+    import torch
+
+    profile, reason = for_device_name(torch.cuda.get_device_name())
+    if profile is None:
+        raise UsageError(f"{reason}; or give --hardware NAME, the built-in profile of this GPU's kind")
+    return profile

@@ -19,11 +19,13 @@ class Calibration:
     torch_version: str
     source: str
     matmul: dict = field(default_factory=dict)  # dtype -> [(m, n, k, flop/s)]
-    attention: tuple = ()  # (seq, causal, forward flop/s, backward flop/s), counted as torch counts
+    attention: tuple = ()  # (seq, causal, forward flop/s, backward flop/s, head_dim), counted as torch counts
     memory_bytes_per_s: float = 0.0
     kernel_overhead_s: float = 0.0
     layer_efficiency: float = 1.0  # whole layers' kernels' time alone ÷ the layers' measured time
     measured_at: str = ""
+    cuda_version: str = ""
+    attention_kernel: str = ""  # the kernels scaled_dot_product_attention ran ("": not recorded)
 
     @classmethod
     def from_dict(cls, data: dict, source: str) -> "Calibration":
@@ -31,7 +33,8 @@ class Calibration:
         for row in data.get("matmul", []):
             matmul.setdefault(row["dtype"], []).append((row["m"], row["n"], row["k"], row["tflops"] * 1e12))
         attention = tuple((row["seq"], bool(row["causal"]), row["forward_tflops"] * 1e12,
-                           row["backward_tflops"] * 1e12) for row in data.get("attention", []))
+                           row["backward_tflops"] * 1e12, int(row.get("head_dim", 128)))
+                          for row in data.get("attention", []))
         rows = data.get("memory", [])
         large = [row for row in rows if row.get("bytes", 0) >= 2 ** 26] or rows  # beyond the caches where measured
         memory = [row["gb_per_s"] * 1e9 for row in large]
@@ -40,7 +43,8 @@ class Calibration:
                    memory_bytes_per_s=sorted(memory)[len(memory) // 2] if memory else 0.0,
                    kernel_overhead_s=float(data.get("kernel_overhead_us", 0.0)) * 1e-6,
                    layer_efficiency=float(data.get("layer_efficiency", 1.0)),
-                   measured_at=data.get("measured_at", ""))
+                   measured_at=data.get("measured_at", ""), cuda_version=str(data.get("cuda_version") or ""),
+                   attention_kernel=data.get("attention_kernel", ""))
 
     def has_matmul(self, dtype: str) -> bool:
         return bool(self.matmul.get(dtype))
@@ -61,10 +65,16 @@ class Calibration:
             return flops / (self.kernel_overhead_s + flops / rate)
         return rate
 
-    def attention_rate(self, seq: int, causal: bool, backward: bool) -> float:
-        """Counted FLOP/s of flash attention at `seq` (interpolated in log seq; the ends held)."""
-        rows = sorted((r for r in self.attention if r[1] == causal), key=lambda r: r[0]) or \
-            sorted(self.attention, key=lambda r: r[0])
+    def attention_head_dim(self, head_dim: int) -> int:
+        """The measured head size nearest to `head_dim`."""
+        return min({r[4] for r in self.attention}, key=lambda d: (abs(math.log2(d) - math.log2(head_dim)), -d))
+
+    def attention_rate(self, seq: int, causal: bool, backward: bool, head_dim: int = 128) -> float:
+        """Counted FLOP/s of the attention kernel at `seq`, at the measured head size nearest
+        to `head_dim` (interpolated in log seq; the ends held)."""
+        measured = self.attention_head_dim(head_dim)
+        rows = [r for r in self.attention if r[4] == measured]
+        rows = sorted((r for r in rows if r[1] == causal), key=lambda r: r[0]) or sorted(rows, key=lambda r: r[0])
         pick = 3 if backward else 2
         if seq <= rows[0][0]:
             return rows[0][pick]

@@ -1,12 +1,16 @@
-"""The cost model, as pure functions of measured numbers (seconds, bytes, bytes per second).
+"""The cost model, as pure functions of measured numbers (seconds, bytes, bytes per second):
+the one place both planners take a collective's time from (`scaletrain plan` from a probe's
+measured link, `plan --hardware`'s `cluster/comm.py` from a hardware profile's).
 
 Notation: n processes, S bytes in a message, busbw the bus bandwidth (bytes/s) and alpha
 the latency of one step of a ring (seconds). A ring all-reduce sends 2(n-1) chunks of S/n
-bytes one after the other, an all-gather or a reduce-scatter (n-1) of them.
+bytes one after the other, an all-gather or a reduce-scatter (n-1) of them; a tree
+all-reduce (NCCL's across nodes) moves 2S and pays 2·log2(n) steps of latency.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Union
 
 #: Share of a step's forward + backward that is the forward: backward computes about twice
@@ -33,6 +37,14 @@ def ring_all_gather_seconds(nbytes: float, n: int, busbw: float, alpha: float) -
     if n <= 1 or nbytes <= 0:
         return 0.0
     return (n - 1) / n * nbytes / busbw + (n - 1) * alpha
+
+
+def tree_all_reduce_seconds(nbytes: float, n: int, busbw: float, alpha: float) -> float:
+    """A reduction up a binary tree and the broadcast down it, pipelined: 2 × S / busbw +
+    2·log2(n) × alpha."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * nbytes / busbw + 2 * math.log2(n) * alpha
 
 
 def ddp_buckets(grad_tensor_bytes: list[int], first: int = DDP_FIRST_BUCKET_BYTES,

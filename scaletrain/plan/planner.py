@@ -69,6 +69,9 @@ def _check(request: PlanRequest) -> None:
         workload.build_model()
     if t.dataset:
         workload.build_datasets(t.seed)
+    cp = request.candidates.options.get("cp")
+    if cp:  # sequences train could not split (none, or not into 2·cp chunks): refused as train refuses them
+        workload.check_context_parallel(cp)
     check_candidates(request, workload)
 
 

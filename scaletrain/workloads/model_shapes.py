@@ -105,6 +105,9 @@ def _get(config: dict, *names, default=None):
 
 
 def shape_from_config(config: dict, name: str = "model") -> ModelShape:
+    if not isinstance(config, dict):
+        raise UsageError(f"--model-config {name}: a model's config.json is a JSON object ({{\"model_type\": ...}}), "
+                         f"not a {type(config).__name__}")
     kind = str(config.get("model_type", "")).lower()
     archs = " ".join(config.get("architectures") or [])
     where = f"--model-config {name}"
@@ -132,6 +135,12 @@ def shape_from_config(config: dict, name: str = "model") -> ModelShape:
     except (TypeError, ValueError):
         raise UsageError(f"{where}: the config lacks hidden_size, num_hidden_layers, num_attention_heads or "
                          "vocab_size (or their GPT-2 names n_embd, n_layer, n_head)") from None
+    sizes = {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+             "num_key_value_heads": kv, "head_dim": head_dim, "intermediate_size": ffn, "vocab_size": vocab,
+             "max_position_embeddings": positions}
+    wrong = [f"{key} {value}" for key, value in sizes.items() if value < 1]
+    if wrong:
+        raise UsageError(f"{where}: {', '.join(wrong)}: every size of the model must be a positive whole number")
     if heads % kv:
         raise UsageError(f"{where}: {heads} attention heads do not divide into {kv} key-value heads")
     gpt = family == "gpt"

@@ -1,4 +1,5 @@
-"""NCCL's collectives on a GPU cluster, α-β per algorithm, from a hardware profile's links.
+"""NCCL's collectives on a GPU cluster, from a hardware profile's links, by the ring and tree
+formulas both planners share (`plan/formulas.py`).
 
 Bus bandwidth as nccl-tests reports it (`busbw`): a ring all-gather or reduce-scatter of S
 bytes (the whole result) over n ranks takes (n−1)/n · S / busbw, an all-reduce 2(n−1)/n · S /
@@ -8,12 +9,19 @@ ring whose k ranks per node each have their own network port (rail-optimised clu
 ports' worth: busbw = min(NVLink's, k × port × efficiency). Send/receive between two GPUs
 moves S at the link's rate. All-reduce across nodes uses NCCL's tree where it is faster
 (latency log n instead of n).
+
+A group is the ranks of one or more adjacent dimensions of the mesh (`ParallelDims`, rank
+order row-major over `MESH`): its size is their degrees' product, and its neighbouring ranks
+are the product of the degrees inside them apart.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from ...parallel.dims import MESH_DIMS, ParallelDims
+from .. import formulas
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,13 @@ def group(size: int, stride: int, gpus_per_node: int) -> Group:
     """The ranks of a mesh dimension of `size` whose neighbours are `stride` ranks apart."""
     per_node = max(1, min(size, gpus_per_node // max(1, stride))) if stride < gpus_per_node else 1
     return Group(size, per_node)
+
+
+def mesh_group(dims: ParallelDims, names: tuple, gpus_per_node: int) -> Group:
+    """The group of the adjacent mesh dimensions `names` (FSDP's is dp_shard and cp together)."""
+    inner = max(MESH_DIMS.index(n) for n in names)
+    stride = dims.span(MESH_DIMS[inner]) // dims[MESH_DIMS[inner]]
+    return group(math.prod(dims[n] for n in names), stride, gpus_per_node)
 
 
 class Network:
@@ -53,20 +68,16 @@ class Network:
 
     def all_gather(self, nbytes: float, g: Group) -> float:
         """`nbytes`: the gathered result on each rank."""
-        if g.size <= 1:
-            return 0.0
-        return (g.size - 1) / g.size * nbytes / self.busbw(g) + (g.size - 1) * self._step(g)
+        return formulas.ring_all_gather_seconds(nbytes, g.size, self.busbw(g), self._step(g))
 
     reduce_scatter = all_gather  # the same ring, the other way round
 
     def all_reduce(self, nbytes: float, g: Group) -> float:
-        if g.size <= 1:
-            return 0.0
-        ring = 2 * (g.size - 1) / g.size * nbytes / self.busbw(g, allreduce=True) + 2 * (g.size - 1) * self._step(g)
+        busbw = self.busbw(g, allreduce=True)
+        ring = formulas.ring_all_reduce_seconds(nbytes, g.size, busbw, self._step(g))
         if g.nodes == 1:
             return ring
-        tree = 2 * nbytes / self.busbw(g, allreduce=True) + 2 * math.log2(g.size) * self._latency(g)
-        return min(ring, tree)
+        return min(ring, formulas.tree_all_reduce_seconds(nbytes, g.size, busbw, self._latency(g)))
 
     def send(self, nbytes: float, across_nodes: bool) -> float:
         rate = self.port if across_nodes else self.nvlink

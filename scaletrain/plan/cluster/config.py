@@ -1,17 +1,25 @@
-"""What a cluster plan is asked (the scenario) and what it predicts for (a configuration)."""
+"""What a cluster plan is asked (`ClusterScenario`) and what it predicts for (`ClusterConfig`):
+the degrees of the mesh as training describes them (`parallel/dims.py`'s `ParallelDims`, its
+`MESH` walked outermost first: pipeline, replicas, shards, context, tensor), the micro-batch,
+activation checkpointing, and the software the run uses (`software.Software`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ...foundation.errors import UsageError, arg
+from ...parallel.dims import CP, DP_REPLICATE, DP_SHARD, PP, TP, ParallelDims
 from ...workloads.model_shapes import ModelShape
+from .software import Software
 
 CHECKPOINTING = ("none", "selective", "full")
 
+#: How a plan's table names each mesh dimension, in the order it lists them.
+LABELS = ((DP_SHARD, "fsdp"), (DP_REPLICATE, "replicate"), (TP, "tp"), (PP, "pp"), (CP, "cp"))
+
 
 @dataclass(frozen=True)
-class Scenario:
+class ClusterScenario:
     shape: ModelShape
     profile: object  # hardware.HardwareProfile
     gpus: int
@@ -23,22 +31,30 @@ class Scenario:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    dp_replicate: int = 1
-    dp_shard: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
+    dims: ParallelDims = ParallelDims()
     microbatch: int = 1  # sequences per forward on one GPU
     checkpointing: str = "none"  # none, selective, full; selective-alternate: torchtitan's "op" policy
     float8: bool = False
-    compile: bool = False  # memory-bound operators fused (torch.compile, or a library's fused kernels)
     schedule: str = "1f1b"  # 1f1b or interleaved (pp > 1)
     stages_per_rank: int = 1  # interleaved: model chunks per pipeline rank
     async_tp: bool = False  # tensor parallel's collectives overlapped with its products
     overlap_grad_reduce: bool = True  # data parallel's reduction hidden behind backward where it can be
-    attention: str = "flash"  # flash, or eager (two products and a softmax)
     sequence_parallel: bool = True  # tensor parallel splits norms and the residual stream along the sequence
     fsdp_casts: bool = False  # FSDP2 wraps even an unsharded model (one process): its gathers and casts
+    optimizer_sharded: bool = False  # without FSDP: the optimizer's state divided over data parallel (ZeRO-1)
+    cp_rotate: str = "ring"  # context parallel passes keys and values round a ring, or all-gathers them ("allgather")
+    software: Software = field(default_factory=Software)
+
+    # the mesh's degrees, read from `dims`
+    dp_replicate = property(lambda self: self.dims[DP_REPLICATE])
+    dp_shard = property(lambda self: self.dims[DP_SHARD])
+    tp = property(lambda self: self.dims[TP])
+    pp = property(lambda self: self.dims[PP])
+    cp = property(lambda self: self.dims[CP])
+
+    @property
+    def compile(self) -> bool:
+        return self.software.compile
 
     @property
     def fsdp(self) -> bool:
@@ -46,17 +62,18 @@ class ClusterConfig:
 
     @property
     def shards(self) -> int:
-        """The ranks FSDP shards states over: dp_shard × cp (context-parallel ranks hold the same
-        parameters; torch's and torchtitan's meshes shard over both, flattened)."""
-        return self.dp_shard * self.cp if self.fsdp else 1
+        """The ranks FSDP shards states over: the mesh dimensions that shard state (dp_shard ×
+        cp: context-parallel ranks hold the same parameters; torch's and torchtitan's meshes
+        shard over both, flattened)."""
+        return self.dims.shards if self.fsdp else 1
 
     @property
     def world(self) -> int:
-        return self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp
+        return self.dims.world_size
 
     @property
     def dp(self) -> int:
-        return self.dp_replicate * self.dp_shard
+        return self.dims.dp_size
 
     @property
     def strategy(self) -> str:
@@ -69,11 +86,7 @@ class ClusterConfig:
         return "ddp"
 
     def label(self) -> str:
-        parts = []
-        for name, value in (("fsdp", self.dp_shard), ("replicate", self.dp_replicate), ("tp", self.tp),
-                            ("pp", self.pp), ("cp", self.cp)):
-            if value > 1:
-                parts.append(f"{name} {value}")
+        parts = [f"{label} {self.dims[name]}" for name, label in LABELS if self.dims[name] > 1]
         text = " × ".join(parts) or "1 GPU"
         if self.pp > 1:
             text += f" ({self.schedule}" + (f", {self.stages_per_rank} stages/rank" if self.stages_per_rank > 1 else "") \
@@ -82,20 +95,20 @@ class ClusterConfig:
         return text + (", float8" if self.float8 else "") + (", compiled" if self.compile else "")
 
 
-def microbatches(config: ClusterConfig, scenario: Scenario) -> int:
+def microbatches(config: ClusterConfig, scenario: ClusterScenario) -> int:
     """Micro-batches each data-parallel rank runs per optimizer step (a pipeline's, or the
     gradient accumulation's)."""
     return scenario.global_batch // (config.dp * config.microbatch)
 
 
-def check(config: ClusterConfig, scenario: Scenario) -> None:
+def check(config: ClusterConfig, scenario: ClusterScenario) -> None:
     """The configuration's degrees against the GPUs, the model and the batch, each mistake in
     one line naming the flag."""
     s = scenario.shape
     if config.world != scenario.gpus:
-        raise UsageError(f"degrees dp_replicate {config.dp_replicate} × dp_shard {config.dp_shard} × tp {config.tp} × "
-                         f"pp {config.pp} × cp {config.cp} = {config.world}, but {arg('gpus', scenario.gpus)}: "
-                         f"make them multiply to the GPUs (e.g. {arg('dp_shard', max(1, scenario.gpus // max(1, config.world // config.dp_shard)))})")
+        named = " × ".join(f"{name} {config.dims[name]}" for name, _label in LABELS)
+        raise UsageError(f"degrees {named} = {config.world}, but {arg('gpus', scenario.gpus)}: make them multiply to "
+                         f"the GPUs (e.g. {arg('dp_shard', max(1, scenario.gpus // max(1, config.world // config.dp_shard)))})")
     if s.heads % config.tp or (s.kv_heads % config.tp and config.tp % s.kv_heads):
         raise UsageError(f"{arg('tp', config.tp)} does not divide {s.name}'s {s.heads} attention heads "
                          f"({s.kv_heads} key-value heads); choose a tensor-parallel degree that does")
@@ -108,6 +121,10 @@ def check(config: ClusterConfig, scenario: Scenario) -> None:
     if s.layers < config.pp * config.stages_per_rank:
         raise UsageError(f"{arg('pp', config.pp)} × {config.stages_per_rank} stage(s) per rank is more stages than "
                          f"{s.name}'s {s.layers} layers")
+    if config.tp > 1 and config.sequence_parallel and (scenario.seq // config.cp) % config.tp:
+        raise UsageError(f"{arg('seq_len', scenario.seq)} does not split into {arg('tp', config.tp)} parts per "
+                         "sequence (sequence parallel splits each sequence's norms and residual stream over tensor "
+                         "parallel): give a multiple of it")
     if scenario.seq % (2 * config.cp if config.cp > 1 else 1):
         raise UsageError(f"{arg('seq_len', scenario.seq)} does not split into 2 × {arg('cp', config.cp)} chunks "
                          "(context parallel balances a causal sequence in 2·cp chunks)")
@@ -120,21 +137,3 @@ def check(config: ClusterConfig, scenario: Scenario) -> None:
                          f"pipeline stages: raise {arg('global_batch')} or lower {arg('micro_batch')}")
     if config.float8 and not scenario.profile.peak("fp8"):
         raise UsageError(f"{arg('float8')}: {scenario.profile.name} has no float8 tensor cores")
-
-
-@dataclass
-class Prediction:
-    config: ClusterConfig
-    step_seconds: float
-    compute_seconds: float
-    exposed_comm_seconds: float
-    bubble_seconds: float
-    tokens_per_second_per_gpu: float
-    model_flops_per_step: float
-    hardware_flops_per_step: float
-    mfu: float
-    memory: dict  # part -> bytes
-    memory_bytes: float
-    fits: bool
-    microbatches: int
-    comm: dict = field(default_factory=dict)  # what each collective costs, exposed

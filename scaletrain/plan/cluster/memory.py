@@ -3,7 +3,9 @@
 - parameters, gradients and optimizer state: FSDP keeps fp32 parameters, fp32 gradients and
   AdamW's two fp32 moments sharded over dp_shard × cp (16 bytes a parameter ÷ that); without
   sharding (DDP, Megatron-LM) each GPU holds bf16 parameters and fp32 main gradients,
-  master weights and moments of its tensor- and pipeline-parallel share (18 bytes);
+  master weights and moments of its tensor- and pipeline-parallel share (18 bytes), the
+  master weights and moments divided over the data-parallel ranks where the optimizer is
+  sharded (ZeRO-1, Megatron-LM's distributed optimizer: `optimizer_sharded`);
 - gathered blocks: the bf16 blocks FSDP has gathered (the one computing and the one prefetched,
   in forward and in backward; a pipeline stage keeps its whole stage gathered for the step)
   and a block's gradients on their way to the reduce-scatter;
@@ -11,11 +13,16 @@
   checkpointing, measured from the trace: torch's own checkpointing ran there), × the layers
   of the stage × the micro-batches a pipeline stage holds at once (1F1B: the stage's distance
   from the end; interleaved: a little more);
-- the step's transient: the rest of the traced step's peak (the output head's logits and the
-  loss's float copies on the last stage, a layer's recomputation and gradients);
-- allocator: what PyTorch's caching allocator reserves beyond the tensors live at the peak:
-  the segment of the step's largest transient tensor (the loss's float logits, typically),
-  freed and kept, which the differently sized tensors after it do not reuse;
+- the step's transient: the rest of the traced step's peak (the output head's logits and what
+  the loss keeps of them — `loss.py`: an eager fp32 loss about 8 × the bf16 logits, a fused or
+  chunked one 2 × and a chunk —, a layer's recomputation and gradients);
+- allocator: what PyTorch's caching allocator reserves beyond the tensors live at the peak,
+  as a fragmentation fraction (FRAGMENTATION) of what is allocated and freed every step
+  (activations, the transient, gathered blocks): blocks split for one size and cached, which
+  differently sized tensors later cannot reuse. GMLake (Guo et al., ASPLOS 2024) measured the
+  caching allocator's fragmentation on eight LLMs' training on A100 80 GB at 15% of the
+  reserved memory on average under recomputation, ZeRO and offloading (up to 33%); a
+  training step's fixed shapes repeat, and 10% of the step's own allocations is taken;
 - buffers: NCCL's communicators and buffers (a job of more than one GPU).
 A pipeline stage under FSDP keeps its gradients unsharded, in fp32, until the last
 micro-batch's backward reduces them (torch's pipeline schedules turn the reduction off for the
@@ -24,14 +31,20 @@ others).
 
 from __future__ import annotations
 
-from .compute import activation_bytes, largest_bytes, peak_bytes
-from .config import ClusterConfig, Scenario
+from .compute import activation_bytes, peak_bytes
+from .config import ClusterConfig, ClusterScenario
+from .costs.pipeline import in_flight
+from .loss import loss_extra
+
+#: The caching allocator's reserve beyond the tensors live at the peak, as a share of the step's
+#: own allocations (activations, transient, gathered blocks): see the module's docstring.
+FRAGMENTATION = 0.10
 
 #: NCCL's communicators and buffers, per GPU of a job of several (bytes).
 COMMUNICATION_BUFFERS = 1.0e9
 
 
-def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_layer_costs, params_rank: float,
+def memory_parts(config: ClusterConfig, scenario: ClusterScenario, layer_costs, one_layer_costs, params_rank: float,
                  chunks: list, microbatches: int) -> dict:
     shape = scenario.shape
     mb = config.microbatch
@@ -47,30 +60,18 @@ def memory_parts(config: ClusterConfig, scenario: Scenario, layer_costs, one_lay
     else:
         params = 2 * params_rank
         grads = 4 * params_rank
-        optimizer = 12 * params_rank
+        optimizer = 12 * params_rank / (config.dp if config.optimizer_sharded else 1)
         gathered = 0.0
     saved = activation_bytes(layer_costs, mb)
-    in_flight = _in_flight(config, microbatches)
     layers_here = max(chunks)
-    activations = saved * layers_here * in_flight
-    transient = max(0.0, peak_bytes(one_layer_costs, mb) - saved)
+    activations = saved * layers_here * in_flight(config, microbatches)
+    tokens = mb * scenario.seq // config.cp
+    transient = max(0.0, peak_bytes(one_layer_costs, mb) - saved) + \
+        loss_extra(config.software.loss, tokens, shape.vocab // config.tp).live_bytes
     return {"parameters": params, "gradients": grads, "optimizer": optimizer, "gathered_blocks": gathered,
             "activations": activations, "transient": transient,
-            "allocator": largest_bytes(one_layer_costs, mb),
+            "allocator": FRAGMENTATION * (activations + transient + gathered),
             "buffers": COMMUNICATION_BUFFERS if scenario.gpus > 1 else 0.0}
-
-
-def _in_flight(config: ClusterConfig, microbatches: int) -> float:
-    """Micro-batches whose activations the busiest pipeline rank (the first) holds at once, in
-    units of its whole share of layers: 1F1B's warm-up forwards, min(m, p); interleaved,
-    torch's ScheduleInterleaved1F1B's warm-up of (v − 1)·p + 2(p − 1) chunk forwards (at most
-    all m·v of them) plus the one in hand, each a 1/v share."""
-    p, m, v = config.pp, microbatches, config.stages_per_rank
-    if p == 1:
-        return 1.0
-    if config.schedule == "interleaved" and v > 1:
-        return min(m * v, (v - 1) * p + 2 * (p - 1) + 1) / v
-    return min(m, p)
 
 
 def traced_step_bytes(build_model, make_batch) -> dict:

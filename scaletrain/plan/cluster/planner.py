@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...foundation.errors import UsageError
-from .config import Prediction, Scenario
+from .config import ClusterScenario
+from .prediction import ClusterPrediction
 from .search import LAYOUTS, Fixed
 
 #: The layouts a cluster plan takes as --strategy.
@@ -34,12 +35,12 @@ class ClusterRequest:
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    scenario: Scenario
-    predictions: list[Prediction]
+    scenario: ClusterScenario
+    predictions: list[ClusterPrediction]
     """Every configuration predicted, the fastest first."""
-    best: Optional[Prediction]
+    best: Optional[ClusterPrediction]
     """The fastest that fits (None: nothing fits)."""
-    runner_up: Optional[Prediction]
+    runner_up: Optional[ClusterPrediction]
 
     def as_dict(self) -> dict:
         from . import report
@@ -67,16 +68,51 @@ def plan_cluster(request: ClusterRequest) -> ClusterPlan:
     gpus = request.gpus or gpn
     if gpus > gpn and gpus % gpn:
         raise UsageError(f"--gpus {gpus} is not a whole number of nodes of {gpn} GPUs (--gpus-per-node)")
+    if request.seq_len < 2:
+        raise UsageError(f"--seq-len {request.seq_len}: a language model learns each token from those before it; "
+                         "give --seq-len 2 or more (e.g. --seq-len 8192)")
     if request.seq_len > shape.max_positions:
         raise UsageError(f"--seq-len {request.seq_len} is longer than {shape.name}'s {shape.max_positions} "
                          f"positions (max_position_embeddings); give --seq-len {shape.max_positions} or less")
-    scenario = Scenario(shape, profile, gpus, min(gpn, gpus), request.seq_len, request.global_batch or 2 * gpus,
+    scenario = ClusterScenario(shape, profile, gpus, min(gpn, gpus), request.seq_len, request.global_batch or 2 * gpus,
                         request.model_config)
     fixed = request.fixed
     if fixed.strategy is not None and fixed.strategy not in STRATEGIES:
         raise UsageError(f"--strategy {fixed.strategy}: a cluster plan takes one of {', '.join(STRATEGIES)}")
     if fixed.float8 and not profile.peak("fp8"):
         raise UsageError(f"--float8: {profile.name} has no float8 tensor cores; drop --float8")
+    check_strategy(fixed, gpus)
+    check_software(fixed.software, profile)
     predictions = predict_all(scenario, fixed)
     best, runner_up = choose(predictions)
     return ClusterPlan(scenario, predictions, best, runner_up)
+
+
+def check_strategy(fixed: Fixed, gpus: int) -> None:
+    """A --strategy with degrees `scaletrain train` does not take with it is refused in train's
+    own words (--strategy ddp --cp 2, say), not answered with another strategy."""
+    from ...strategies import get_strategy
+    from .search import TRAIN_STRATEGY
+
+    if fixed.strategy is None:
+        return
+    degrees = {name: getattr(fixed, name) for name in ("tp", "pp", "cp", "dp_shard", "dp_replicate")
+               if getattr(fixed, name)}
+    try:
+        get_strategy(TRAIN_STRATEGY[fixed.strategy], **degrees).check_world_size(gpus)
+    except UsageError as exc:
+        raise UsageError(f"{exc.raw} (as scaletrain train would refuse it)") from None
+
+
+def check_software(software, profile) -> None:
+    """An attention kernel with no published rates on this GPU's architecture (FlashAttention-3
+    and cuDNN's on an A100, say) is refused."""
+    from ...hardware.kernels import kernels
+
+    kernel = software.attention_kernel(profile)
+    if kernel in ("calibrated", "sdpa-math") or not profile.architecture:
+        return
+    if kernel not in kernels(profile.architecture):
+        raise UsageError(f"--attention {software.attention}: no published rates of {kernel} on {profile.name} "
+                         f"({profile.architecture}); give one of {', '.join(kernels(profile.architecture))}, sdpa "
+                         "or sdpa-math")

@@ -5,19 +5,25 @@ heads, the feed-forward width and the vocabulary (column- then row-parallel prod
 under fake tensors, no memory is taken; its forward and backward give torch's FLOP counts,
 the operators' shapes and the activations kept, for any size of model.
 
-Its FLOPs equal the Hugging Face model's of the same config (tests/test_cluster_flops.py):
-the same products in the same shapes.
+Its FLOPs equal the Hugging Face model's of the same config (tests/test_cluster_plan.py):
+the same products in the same shapes. Its memory-bound operators and what they keep follow the
+run's `Layout`: eager norms and rotary embeddings (Hugging Face's and torchtitan's code, fp32
+temporaries and copies kept for backward) or fused kernels (`fused_kernels.py`), grouped-query
+keys and values expanded to every head or given to the kernel grouped, and the loss as an eager
+`cross_entropy(logits.float())` or a fused kernel on the bf16 logits.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...workloads.model_shapes import ModelShape
+from .fused_kernels import FusedCrossEntropy, FusedRotary, FusedSwiGLU, rms_norm
 
 FP8 = torch.float8_e4m3fn
 FP8_GRAD = torch.float8_e5m2
@@ -67,18 +73,32 @@ class Linear(nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How the run's code lays a layer out in memory (see the module's docstring)."""
+    fused_layers: bool = False  # rotary embeddings and SwiGLU as fused kernels (the norms too)
+    kv_expanded: bool = True
+    fused_norms: bool = False  # RMSNorm as torch's fused kernel
+    loss: str = "eager"  # eager: traced as torch runs it; fused (and chunked, see loss.py): the fused kernel
+
+
 class RMSNorm(nn.Module):
-    def __init__(self, size: int):
+    def __init__(self, size: int, fused: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(size))
+        self.fused = fused
 
     def forward(self, x):
+        if self.fused:
+            return rms_norm(x, self.weight)
         y = x.float()
         y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-5)
         return y.type_as(x) * self.weight
 
 
-def _rotate(x, cos, sin):
+def _rotate(x, cos, sin, fused: bool = False):
+    if fused:
+        return FusedRotary.apply(x, cos, sin)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
@@ -99,16 +119,17 @@ def scatter(x, tp: int):
 
 
 class Layer(nn.Module):
-    def __init__(self, shape: ModelShape, tp: int, attention: str, float8: bool, sequence_parallel: bool = False):
+    def __init__(self, shape: ModelShape, tp: int, attention: str, float8: bool, sequence_parallel: bool = False,
+                 layout: Layout = Layout()):
         super().__init__()
         self.sp = tp if sequence_parallel else 1
+        self.layout = layout
         self.llama = shape.family == "llama"
         h, d = shape.hidden, shape.head_dim
         self.heads, self.kv_heads, self.d = shape.heads // tp, max(1, shape.kv_heads // tp), d
         self.attention, self.dropout = attention, shape.dropout
         bias = shape.bias
-        norm = RMSNorm if self.llama else nn.LayerNorm
-        self.norm1, self.norm2 = norm(h), norm(h)
+        self.norm1, self.norm2 = _norm(shape, layout), _norm(shape, layout)
         self.wq = Linear(h, self.heads * d, bias, float8)
         self.wk = Linear(h, self.kv_heads * d, bias, float8)
         self.wv = Linear(h, self.kv_heads * d, bias, float8)
@@ -126,6 +147,8 @@ class Layer(nn.Module):
         return F.dropout(x, self.dropout, training=True) if self.dropout else x
 
     def _mlp(self, x):
+        if self.llama and self.layout.fused_layers:
+            return self.w2(FusedSwiGLU.apply(self.w1(x), self.w3(x)))
         if self.llama:
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
         return self.w2(F.gelu(self.w1(x), approximate="tanh"))
@@ -136,9 +159,11 @@ class Layer(nn.Module):
         k = self.wk(x).view(b, s, self.kv_heads, self.d)
         v = self.wv(x).view(b, s, self.kv_heads, self.d)
         if self.llama:
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            fused = self.layout.fused_layers
+            q, k = _rotate(q, cos, sin, fused), _rotate(k, cos, sin, fused)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if self.kv_heads != self.heads:  # grouped-query attention: each key-value head serves a group
+        expand = self.layout.kv_expanded or self.attention != "flash"
+        if self.kv_heads != self.heads and expand:  # grouped-query attention: each key-value head serves a group
             group = self.heads // self.kv_heads
             k = k[:, :, None].expand(b, self.kv_heads, group, s, self.d).reshape(b, self.heads, s, self.d)
             v = v[:, :, None].expand(b, self.kv_heads, group, s, self.d).reshape(b, self.heads, s, self.d)
@@ -160,15 +185,16 @@ class ReferenceLM(nn.Module):
     """Embedding, `layers` decoder layers, the final norm, the output head and the loss."""
 
     def __init__(self, shape: ModelShape, layers: int, tp: int = 1, attention: str = "flash",
-                 float8: bool = False, sequence_parallel: bool = False):
+                 float8: bool = False, sequence_parallel: bool = False, layout: Layout = Layout()):
         super().__init__()
-        self.shape, self.tp = shape, tp
+        self.shape, self.tp, self.layout = shape, tp, layout
         self.sp = tp if sequence_parallel else 1
         h = shape.hidden
         self.embed = nn.Embedding(shape.vocab // tp, h)
         self.positions = nn.Embedding(shape.max_positions, h) if shape.learned_positions else None
-        self.layers = nn.ModuleList(Layer(shape, tp, attention, float8, sequence_parallel) for _ in range(layers))
-        self.norm = RMSNorm(h) if shape.family == "llama" else nn.LayerNorm(h)
+        self.layers = nn.ModuleList(Layer(shape, tp, attention, float8, sequence_parallel, layout)
+                                    for _ in range(layers))
+        self.norm = _norm(shape, layout)
         self.head = Linear(h, shape.vocab // tp, False)  # the output layer stays bf16 under float8 (torchtitan)
         if shape.tie_embeddings:
             self.head.weight = self.embed.weight
@@ -189,10 +215,19 @@ class ReferenceLM(nn.Module):
             x = x[:, : s // self.sp].contiguous()
         for layer in self.layers:
             x = wrap(layer, x, cos, sin) if wrap is not None else layer(x, cos, sin)
-        logits = self.head(gather(self.norm(x), self.sp)).float()
+        logits = self.head(gather(self.norm(x), self.sp))
+        if self.layout.loss != "eager":
+            return FusedCrossEntropy.apply(logits)
+        logits = logits.float()
         labels = labels.clamp(max=logits.shape[-1] - 1).view(-1)
         if self.tp > 1:  # vocabulary-parallel loss, as torch's loss_parallel computes it (max and sum all-reduced)
             shifted = logits - logits.amax(-1, keepdim=True)
             logits = shifted - torch.log(torch.exp(shifted).sum(-1, keepdim=True))
             return F.nll_loss(logits.view(-1, logits.shape[-1]), labels)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels)
+
+
+def _norm(shape: ModelShape, layout: Layout) -> nn.Module:
+    """RMSNorm (eager or fused) for Llama-style models; LayerNorm, one native kernel, for GPT-style."""
+    fused = layout.fused_layers or layout.fused_norms
+    return RMSNorm(shape.hidden, fused) if shape.family == "llama" else nn.LayerNorm(shape.hidden)

@@ -12,7 +12,11 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ...foundation.errors import UsageError, arg
-from .config import CHECKPOINTING, ClusterConfig, Prediction, Scenario, check
+from ...parallel.dims import ParallelDims
+from .config import CHECKPOINTING, ClusterConfig, ClusterScenario, check
+from .prediction import ClusterPrediction
+from .runnable import train_refusal
+from .software import Software
 from .step import predict
 
 MICROBATCHES = (1, 2, 4, 8, 16, 32)
@@ -31,13 +35,13 @@ class Fixed:
     checkpointing: Optional[str] = None
     schedule: Optional[str] = None
     float8: bool = False
-    compile: bool = False
-    software: tuple = ()  # (field, value) pairs of ClusterConfig every candidate takes (async_tp, attention, ...)
+    software: Software = Software()  # what the run uses: torch, attention, loss, compile, ...
+    options: tuple = ()  # (field, value) pairs of ClusterConfig every candidate takes (async_tp, ...)
     also: tuple = ()  # configurations predicted besides the search's (a published run's, say)
 
 
 @dataclass(frozen=True)
-class Layout:
+class StrategyLayout:
     """What a cluster plan's --strategy fixes of the search."""
     pipelined: Optional[bool]
     """Pipeline stages searched (None), at least two (True) or none (False), where --pp is not given."""
@@ -48,12 +52,12 @@ class Layout:
 
 #: The layouts a cluster plan takes as --strategy (None: the search's own, every layout).
 LAYOUTS = {
-    None: Layout(None, ("sharded", "hybrid")),
-    "fsdp": Layout(False, ("sharded",)),
-    "hsdp": Layout(False, ("hybrid",)),
-    "ddp": Layout(False, ("replicated",)),
-    "tp": Layout(False, ("sharded",)),
-    "pipeline": Layout(True, ("sharded",)),
+    None: StrategyLayout(None, ("sharded", "hybrid")),
+    "fsdp": StrategyLayout(False, ("sharded",)),
+    "hsdp": StrategyLayout(False, ("hybrid",)),
+    "ddp": StrategyLayout(False, ("replicated",)),
+    "tp": StrategyLayout(False, ("replicated",)),
+    "pipeline": StrategyLayout(True, ("sharded",)),
 }
 
 
@@ -61,7 +65,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
+def candidates(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterConfig]:
     s, gpus, gpn = scenario.shape, scenario.gpus, scenario.gpus_per_node
     given = {name: value for name, value in (("tp", fixed.tp), ("pp", fixed.pp), ("cp", fixed.cp),
                                              ("dp_shard", fixed.dp_shard), ("dp_replicate", fixed.dp_replicate))
@@ -75,12 +79,16 @@ def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
         raise UsageError(f"{what} {arg('gpus', gpus)}: choose degrees whose product divides the GPUs")
     tps = [fixed.tp] if fixed.tp else [t for t in (1, 2, 4, 8) if t <= gpn and s.heads % t == 0 and s.ffn % t == 0
                                        and s.vocab % t == 0 and gpus % t == 0]
+    if not fixed.tp and fixed.strategy in ("ddp", "tp"):  # ddp has no tensor parallel; tp has
+        tps = [t for t in tps if (t > 1) == (fixed.strategy == "tp")]
     pps = [fixed.pp] if fixed.pp else [p for p in (1, 2, 4, 8, 16) if p <= s.layers and gpus % p == 0]
     pipelined = LAYOUTS[fixed.strategy].pipelined
     if pipelined is not None and not fixed.pp:
         pps = [p for p in pps if p > 1] if pipelined else [1]
     # Context parallel where a sequence is long (its ring is worth it from 16k tokens) or asked for.
     cps = [fixed.cp] if fixed.cp else [c for c in (1, 2, 4, 8) if c == 1 or scenario.seq >= 16384 * c // 2]
+    if not fixed.cp and fixed.strategy in ("ddp", "pipeline"):  # neither takes context parallel in train
+        cps = [1]
     acs = [fixed.checkpointing] if fixed.checkpointing else list(CHECKPOINTING)
     out = []
     for tp in tps:
@@ -95,8 +103,9 @@ def candidates(scenario: Scenario, fixed: Fixed) -> list[ClusterConfig]:
                             continue
                         for ac in acs:
                             for schedule, v in _schedules(pp, s.layers, fixed):
-                                out.append(replace(ClusterConfig(replicate, shard, tp, pp, cp, mb, ac, fixed.float8,
-                                                                 fixed.compile, schedule, v), **dict(fixed.software)))
+                                dims = ParallelDims(pp=pp, dp_replicate=replicate, dp_shard=shard, cp=cp, tp=tp)
+                                out.append(replace(ClusterConfig(dims, mb, ac, fixed.float8, schedule, v,
+                                                                 software=fixed.software), **dict(fixed.options)))
     return out + [c for c in fixed.also if c not in out]
 
 
@@ -126,8 +135,14 @@ def _schedules(pp: int, layers: int, fixed: Fixed) -> list[tuple[str, int]]:
     return out
 
 
-def predict_all(scenario: Scenario, fixed: Fixed) -> list[Prediction]:
+#: The `scaletrain train` strategy each --strategy of a cluster plan means (hsdp: fsdp with --dp-replicate).
+TRAIN_STRATEGY = {"fsdp": "fsdp", "hsdp": "fsdp", "ddp": "ddp", "tp": "tp", "pipeline": "pipeline"}
+
+
+def predict_all(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterPrediction]:
     configs = candidates(scenario, fixed)
+    if fixed.strategy is not None:  # the layouts --strategy names, as train runs them
+        configs = [c for c in configs if c.strategy == TRAIN_STRATEGY[fixed.strategy]]
     if not configs:
         raise UsageError(_nothing(scenario, fixed))
     results, last_error = [], None
@@ -137,23 +152,22 @@ def predict_all(scenario: Scenario, fixed: Fixed) -> list[Prediction]:
         except UsageError as exc:
             last_error = exc
             continue
-        results.append(predict(config, scenario))
+        prediction = predict(config, scenario)
+        prediction.runnable = train_refusal(config, prediction.microbatches)
+        results.append(prediction)
     if not results:
         raise last_error  # the one line of what is wrong with the configuration the flags pin
     return sorted(results, key=lambda r: -r.tokens_per_second_per_gpu)
 
 
-def _nothing(scenario: Scenario, fixed: Fixed) -> str:
+def _nothing(scenario: ClusterScenario, fixed: Fixed) -> str:
     return (f"no configuration of {scenario.gpus} GPUs makes a global batch of {scenario.global_batch} sequences "
             "with these degrees and micro-batch: give --global-batch as a multiple of the data-parallel degree × "
             "--micro-batch, or other degrees")
 
 
-def choose(predictions: list[Prediction]) -> tuple[Optional[Prediction], Optional[Prediction]]:
-    """The fastest configuration that fits, and the runner-up that fits."""
-    fitting = [p for p in predictions if p.fits]
+def choose(predictions: list[ClusterPrediction]) -> tuple[Optional[ClusterPrediction], Optional[ClusterPrediction]]:
+    """The fastest configuration that fits and `scaletrain train` runs, and the runner-up."""
+    fitting = [p for p in predictions if p.fits and not p.runnable]
     return (fitting[0] if fitting else None), (fitting[1] if len(fitting) > 1 else None)
 
-
-def with_degrees(config: ClusterConfig, **changes) -> ClusterConfig:
-    return replace(config, **changes)

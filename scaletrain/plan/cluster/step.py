@@ -1,39 +1,41 @@
-"""A configuration's training step on the cluster: compute from the traced layer and the rest
-of the model at the profile's kernel rates, the collectives of each mesh dimension and how much
-of them the step hides, the pipeline's bubble from its schedule, and memory per GPU by parts.
-
-- Tensor parallel: per layer and micro-batch two collectives of the layer's activations in
-  forward and two in backward (again in a recomputed forward), on the critical path; async TP
-  hides them behind the products they are split into, as far as those last. With sequence
-  parallel each is an all-gather and a reduce-scatter; under float8 the all-gather moves fp8.
-- Context parallel: the ring passes every key-value chunk round, overlapped with the attention
-  of the chunk in hand; what the attention does not cover is exposed.
-- FSDP: all-gather of each block's bf16 parameters (forward, and again in backward where
-  blocks are resharded after forward) and reduce-scatter of its fp32 gradients, prefetched
-  while other blocks compute: exposed are the first gather, the last reduction and what the
-  compute cannot cover. HSDP adds an all-reduce across replicas; DDP an all-reduce of the
-  gradients, hidden behind backward where `overlap_grad_reduce`.
-- Pipeline: 1F1B played out micro-batch by micro-batch (plan/schedule_sim.py) with the
-  stages' own times and their transfers; interleaved with v chunks per rank: the bubble is
-  (p − 1)/v micro-batch times.
-"""
+"""A configuration's training step on the cluster, as the sum of what each part contributes:
+the computation of the traced layer and of the rest of the model at the profile's kernel rates
+for the run's software (`compute.py`, the loss's implementation: `loss.py`), and what each
+parallelism the configuration enables adds — its cost terms, registered per parallelism in
+`costs/` (tensor parallel's and context parallel's per layer, the pipeline's schedule, data
+parallel's per step) — plus the optimizer, the allocator's retries where memory is tight, and
+memory per GPU by parts (`memory.py`)."""
 
 from __future__ import annotations
 
-from ..schedule_sim import one_f_one_b_seconds
-from .comm import Network, group
-from .compute import part_time, step_efficiency
-from .config import ClusterConfig, Prediction, Scenario, microbatches
+from dataclasses import replace
+
+from .comm import Network
+from .compute import Execution, PartTime, part_time, step_efficiency
+from .config import ClusterConfig, ClusterScenario, microbatches
+from .costs import Schedule, enabled
+from .costs.parts import StepParts
+from .flop_conventions import published_flops_per_token
+from .loss import loss_extra, loss_seconds, traced_as
 from .memory import memory_parts
+from .prediction import ClusterPrediction
+from .reference import Layout
 from .traced import Variant, trace
 
-#: Sends of a pipeline played out step by step beyond this many are costed in closed form.
-SIMULATED_OPERATIONS = 20000
+#: Where the step's allocations fit the GPU only without the allocator's usual reserve, the
+#: caching allocator frees its cached blocks and retries (cudaFree synchronises the device;
+#: PyTorch's memory statistics count them as `num_alloc_retries`): about this long each, one per
+#: layer and micro-batch at worst.
+ALLOC_RETRY_SECONDS = 1e-3
 
 
-def variant_of(config: ClusterConfig, scenario: Scenario) -> Variant:
-    return Variant(config.tp, scenario.seq // config.cp, config.checkpointing, config.float8, config.attention,
-                   config.sequence_parallel)
+def variant_of(config: ClusterConfig, scenario: ClusterScenario) -> Variant:
+    software, profile = config.software, scenario.profile
+    layout = Layout(fused_layers=software.fused_layers, kv_expanded=software.kv_expanded(profile),
+                    fused_norms=software.fused_norms, loss=traced_as(software.loss))
+    return Variant(config.tp, scenario.seq // config.cp, config.checkpointing, config.float8,
+                   "eager" if software.attention_kernel(profile) == "sdpa-math" else "flash", config.sequence_parallel,
+                   layout)
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:
@@ -41,108 +43,104 @@ def stage_layers(layers: int, stages: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(stages)]
 
 
-def predict(config: ClusterConfig, scenario: Scenario) -> Prediction:
+def predict(config: ClusterConfig, scenario: ClusterScenario) -> ClusterPrediction:
+    parts, one = _parts(config, scenario)
+    costs = enabled(config)
+    comm: dict = {}
+    layer_s = parts.layer.total
+    for c in costs:
+        if c.per_layer is not None:
+            for name, seconds in c.per_layer(parts).items():
+                comm[name] = seconds
+                layer_s += seconds
+    parts = replace(parts, layer_seconds=layer_s)
+    schedule = _schedule(parts, costs, layer_s)
+    comm.update(schedule.comm)
+    exposed_dp = 0.0
+    for c in costs:
+        if c.per_step is not None:
+            for name, seconds in c.per_step(parts, schedule).items():
+                comm[name] = seconds
+                exposed_dp += seconds if name.endswith("_exposed_s") else 0.0
+    comm["optimizer_s"] = optimizer_s = _optimizer_seconds(scenario.profile, parts.params_rank, config)
+    step = schedule.seconds + exposed_dp + optimizer_s
+    return _prediction(parts, one, schedule, step, optimizer_s, comm)
+
+
+def _execution(config: ClusterConfig, scenario: ClusterScenario, fused: bool, cp: int = 1) -> Execution:
+    return Execution(fused, config.software.attention_kernel(scenario.profile), cp,
+                     step_efficiency(scenario.profile, scenario.gpus))
+
+
+def _with_loss(rest: PartTime, config: ClusterConfig, scenario: ClusterScenario, efficiency: float) -> PartTime:
+    """The rest of the model with what its loss's implementation does beyond the trace."""
+    tokens = config.microbatch * scenario.seq // config.cp
+    extra = loss_extra(config.software.loss, tokens, scenario.shape.vocab // config.tp)
+    forward, backward = loss_seconds(extra, scenario.profile, efficiency)
+    return replace(rest, forward=rest.forward + forward, backward=rest.backward + backward,
+                   memory=rest.memory + forward + backward)
+
+
+def _parts(config: ClusterConfig, scenario: ClusterScenario) -> tuple:
+    """The step's parts every cost term reads, and the traced one-layer model (for memory)."""
     shape, profile = scenario.shape, scenario.profile
     layer_costs, rest_costs, one = trace(shape, variant_of(config, scenario))
-    mb, m = config.microbatch, microbatches(config, scenario)
-    efficiency = step_efficiency(profile, scenario.gpus)
-    layer = part_time(layer_costs, profile, mb, config.compile, config.cp, efficiency)
-    rest = part_time(rest_costs, profile, mb, fused=False, efficiency=efficiency)  # compilers compile blocks; the loss stays eager
-    net = Network(profile)
-    gpn = scenario.gpus_per_node
-    tokens_mb = mb * scenario.seq // config.cp  # on this GPU
-
-    # Tensor parallel: 2 collectives of the activations per layer forward, 2 backward.
-    act_bytes = tokens_mb * shape.hidden * 2
-    tp_group = group(config.tp, 1, gpn)
-    forwards = 2 if config.checkpointing == "full" else 1  # a recomputed forward talks again
-    # (sequence parallel: an all-gather before and a reduce-scatter after each, the same bytes;
-    # under float8 the all-gather moves the activations already cast to fp8, one byte each)
-    gathered = act_bytes / 2 if config.float8 else act_bytes
-    collective = net.all_gather(gathered, tp_group) + net.reduce_scatter(act_bytes, tp_group) \
-        if config.sequence_parallel else net.all_reduce(act_bytes, tp_group)
-    tp_per_layer = (2 * forwards + 2) * collective if config.tp > 1 else 0.0
-    if config.async_tp:
-        tp_per_layer = max(0.0, tp_per_layer - layer.matmul)
-    # Context parallel: K and V chunks passed round the ring; backward passes them and their gradients.
-    cp_per_layer = 0.0
-    if config.cp > 1:
-        kv = 2 * tokens_mb * max(1, shape.kv_heads // config.tp) * shape.head_dim * 2
-        cp_group = group(config.cp, config.tp, gpn)
-        ring = (config.cp - 1) * net.send(kv, cp_group.nodes > 1)
-        cp_per_layer = max(0.0, ring * (1 + forwards) - layer.attention) + max(0.0, 2 * ring - layer.attention)
-
-    layer_s = layer.total + tp_per_layer + cp_per_layer
+    layer = part_time(layer_costs, profile, config.microbatch, _execution(config, scenario, config.compile, config.cp))
+    # compilers compile blocks; the loss stays as its implementation runs it
+    execution = _execution(config, scenario, fused=False)
+    rest = _with_loss(part_time(rest_costs, profile, config.microbatch, execution), config, scenario,
+                      execution.efficiency)
     layers = stage_layers(shape.layers, config.pp * config.stages_per_rank)
-    chunks = [sum(layers[r + config.pp * c] for c in range(config.stages_per_rank)) for r in range(config.pp)]
-    fwd_share = (layer.forward + layer.recompute) / max(layer.total, 1e-12)
+    chunks = tuple(sum(layers[r + config.pp * c] for c in range(config.stages_per_rank)) for r in range(config.pp))
+    parts = StepParts(config, scenario, Network(profile), layer, rest, layer_costs, microbatches(config, scenario),
+                      chunks, _rank_parameters(shape, config, chunks))
+    return parts, one
 
-    # Per rank and micro-batch: its layers; the first rank also the embedding, the last the head and loss.
-    rank_s = [n * layer_s for n in chunks]
-    rank_s[-1] += rest.total
-    compute_mb = [n * layer.total for n in chunks]
-    compute_mb[-1] += rest.total
 
-    # The pipeline: its transfers and bubble.
-    bubble = 0.0
-    # Stages are the mesh's outermost dimension: neighbours are gpus/pp ranks apart, on other
-    # nodes once that is a node or more. With sequence parallel each rank sends its share.
-    sent = act_bytes / (config.tp if config.sequence_parallel else 1)
-    send_s = net.send(sent, across_nodes=scenario.gpus // config.pp >= gpn) if config.pp > 1 else 0.0
-    if config.pp == 1:
-        pipeline_s = m * rank_s[0]
-    elif config.schedule == "1f1b" and m < 4 * config.pp and m * config.pp <= SIMULATED_OPERATIONS:
-        # few micro-batches: the stages' differences and transfers decide; played out
-        forward = [t * fwd_share for t in rank_s]
-        backward = [t - f for t, f in zip(rank_s, forward)]
-        pipeline_s = one_f_one_b_seconds(forward, backward, m, [net.net_latency] * config.pp, send_s)
-        bubble = pipeline_s - m * max(rank_s)
-    else:
-        v = config.stages_per_rank if config.schedule == "interleaved" else 1
-        slowest = max(rank_s)
-        bubble = (config.pp - 1) / v * slowest + 2 * (config.pp - 1) * v * send_s
-        pipeline_s = m * slowest + bubble
-    compute_s = m * max(compute_mb)
+def _schedule(parts: StepParts, costs: list, layer_s: float) -> Schedule:
+    """Per rank and micro-batch: its layers; the last rank also the embedding, the head and the
+    loss. The pipeline's schedule runs them where there is one; else the micro-batches follow
+    each other."""
+    rank_s = [n * layer_s for n in parts.chunks]
+    rank_s[-1] += parts.rest.total
+    compute_mb = [n * parts.layer.total for n in parts.chunks]
+    compute_mb[-1] += parts.rest.total
+    for c in costs:
+        if c.schedule is not None:
+            return c.schedule(parts, rank_s, compute_mb)
+    m = parts.microbatches
+    return Schedule(m * rank_s[0], 0.0, m * max(compute_mb))
 
-    # Data parallel: FSDP's gathers and reductions, HSDP's and DDP's all-reduce.
-    params_rank = _rank_parameters(shape, config, chunks)
-    dp_comm, exposed_dp = 0.0, 0.0
-    if config.shards > 1:  # FSDP over dp_shard × cp, tensor parallel innermost
-        shard_group = group(config.shards, config.tp, gpn)
-        gathers = (1 if config.pp > 1 else (2 if m == 1 else 2 * m))
-        gather = net.all_gather(params_rank * 2, shard_group)
-        reduce = net.reduce_scatter(params_rank * 4, shard_group)
-        dp_comm = gathers * gather + (1 if config.pp > 1 else m) * reduce
-        per_block = (gather + reduce) / max(1, max(chunks))
-        exposed_dp = max(0.0, dp_comm - compute_s) + per_block
-    if config.dp_replicate > 1:
-        replicate_group = group(config.dp_replicate, config.tp * config.cp * config.dp_shard, gpn)
-        reduce = net.all_reduce(params_rank * (4 if config.fsdp else 2) / config.shards, replicate_group)
-        dp_comm += reduce
-        if config.overlap_grad_reduce:
-            exposed_dp += max(0.0, reduce - compute_s * (1 - fwd_share)) + reduce / max(1, max(chunks))
-        else:
-            exposed_dp += reduce
 
-    optimizer_s = _optimizer_seconds(profile, params_rank, config)
-    step = pipeline_s + exposed_dp + optimizer_s
-    model_flops = _flops(layer, rest, shape, config, m, recompute=False)
-    hardware_flops = _flops(layer, rest, shape, config, m, recompute=True)
+def _prediction(parts: StepParts, one, schedule: Schedule, step: float, optimizer_s: float,
+                comm: dict) -> ClusterPrediction:
+    config, scenario, profile = parts.config, parts.scenario, parts.scenario.profile
+    model_flops = _flops(parts, recompute=False)
     tokens_gpu = scenario.global_batch * scenario.seq / scenario.gpus
-    memory = memory_parts(config, scenario, layer_costs, one, params_rank, chunks, m)
+    memory = memory_parts(config, scenario, parts.layer_costs, one, parts.params_rank, list(parts.chunks),
+                          parts.microbatches)
+    for c in enabled(config):  # what a parallelism adds at the peak beyond the composition's parts
+        if c.memory is not None:
+            for part, nbytes in c.memory(parts).items():
+                memory[part] = memory.get(part, 0.0) + nbytes
     total_memory = sum(memory.values())
-    exposed = step - compute_s - bubble - optimizer_s
-    return Prediction(
-        config=config, step_seconds=step, compute_seconds=compute_s + optimizer_s, exposed_comm_seconds=max(0.0, exposed),
-        bubble_seconds=max(0.0, bubble), tokens_per_second_per_gpu=tokens_gpu / step,
-        model_flops_per_step=model_flops, hardware_flops_per_step=hardware_flops,
-        mfu=model_flops / (step * scenario.gpus * profile.peak("bf16")),
-        memory=memory, memory_bytes=total_memory, fits=total_memory <= profile.memory_bytes, microbatches=m,
-        comm={"tp_per_layer_s": tp_per_layer, "cp_per_layer_s": cp_per_layer, "data_parallel_s": dp_comm,
-              "data_parallel_exposed_s": exposed_dp, "pipeline_send_s": send_s, "optimizer_s": optimizer_s})
+    if total_memory > profile.memory_bytes >= total_memory - memory["allocator"]:
+        # fits only where the allocator keeps no reserve: it frees its cache and retries
+        comm["allocator_retries_s"] = retries = ALLOC_RETRY_SECONDS * max(parts.chunks) * parts.microbatches
+        step += retries
+    exposed = step - schedule.compute_s - schedule.bubble_s - optimizer_s
+    peak = step * scenario.gpus * profile.peak("bf16")
+    published = published_flops_per_token(scenario.shape, scenario.seq) * tokens_gpu * scenario.gpus
+    return ClusterPrediction(
+        config=config, step_seconds=step, compute_seconds=schedule.compute_s + optimizer_s,
+        exposed_comm_seconds=max(0.0, exposed), bubble_seconds=max(0.0, schedule.bubble_s),
+        tokens_per_second_per_gpu=tokens_gpu / step, model_flops_per_step=model_flops,
+        hardware_flops_per_step=_flops(parts, recompute=True), mfu=model_flops / peak,
+        mfu_published=published / peak, memory=memory, memory_bytes=total_memory,
+        fits=total_memory - memory["allocator"] <= profile.memory_bytes, microbatches=parts.microbatches, comm=comm)
 
 
-def _rank_parameters(shape, config: ClusterConfig, chunks: list) -> float:
+def _rank_parameters(shape, config: ClusterConfig, chunks: tuple) -> float:
     """Parameters of the pipeline rank holding the most, before FSDP shards them (÷ tp)."""
     per_layer = shape.layer_parameters / config.tp
     first = shape.embedding_parameters / config.tp
@@ -163,9 +161,10 @@ def _optimizer_seconds(profile, params_rank: float, config: ClusterConfig) -> fl
     return profile.memory_seconds(moved, kernels=8)
 
 
-def _flops(layer, rest, shape, config: ClusterConfig, m: int, recompute: bool) -> float:
-    """Per optimizer step, over every GPU."""
+def _flops(parts: StepParts, recompute: bool) -> float:
+    """Per optimizer step, over every GPU, as torch's counter counts them."""
+    config, layer, rest = parts.config, parts.layer, parts.rest
     phases = ("forward", "backward", "recompute") if recompute else ("forward", "backward")
-    per_mb = shape.layers * sum(layer.flops[p] for p in phases) * config.cp
+    per_mb = parts.scenario.shape.layers * sum(layer.flops[p] for p in phases) * config.cp
     per_mb += sum(rest.flops[p] for p in phases) * config.cp
-    return per_mb * config.tp * m * config.dp
+    return per_mb * config.tp * parts.microbatches * config.dp

@@ -19,7 +19,7 @@ import torch
 
 from ...flops import TraceMode
 from ...workloads.model_shapes import ModelShape
-from .reference import ReferenceLM
+from .reference import Layout, ReferenceLM
 
 #: Sequences per traced micro-batch: 11 × any sequence length is no model's width, so a
 #: dimension of that size is the tokens'.
@@ -33,20 +33,22 @@ REDUCTIONS = ("sum", "mean", "amax", "max", "softmax", "_softmax", "_log_softmax
 @dataclass(frozen=True)
 class Variant:
     """What changes a traced layer: tensor-parallel degree, tokens per sequence on this GPU,
-    activation checkpointing, float8, the attention kernel."""
+    activation checkpointing, float8, the attention kernel, the code's layout."""
     tp: int
     seq: int
     checkpointing: str = "none"  # none, full, selective (every product kept), selective-alternate
     float8: bool = False
     attention: str = "flash"
     sequence_parallel: bool = True  # with tp > 1: norms and the residual stream split along the sequence
+    layout: Layout = Layout()
 
 
 @dataclass
 class Costs:
     """One part (a layer, or what is not layers) of a step, at TRACE_MB, by phase."""
     matmuls: list = field(default_factory=list)  # (phase, m, n, k, batch, dtype, token dims: m?, n?, k?, batch?)
-    attention: list = field(default_factory=list)  # (phase, counted flops, batch, seq_q, seq_k, causal, backward)
+    attention: list = field(default_factory=list)  # (phase, counted flops, batch, seq_q, seq_k, causal, backward,
+    #                                                  head_dim)
     memory: dict = field(default_factory=dict)  # (phase, eager|fused) -> [token bytes, other bytes, kernels]
     flops: dict = field(default_factory=dict)  # phase -> FLOPs
     saved: tuple = (0.0, 0.0)  # live after forward: (token bytes, other bytes)
@@ -91,7 +93,7 @@ def _trace(shape: ModelShape, variant: Variant, layers: int) -> Costs:
     try:
         with torch.device("meta"):
             model = ReferenceLM(shape, layers, variant.tp, variant.attention, variant.float8,
-                                variant.sequence_parallel and variant.tp > 1)
+                                variant.sequence_parallel and variant.tp > 1, variant.layout)
     finally:
         torch.set_default_dtype(previous)
     for p in model.parameters():  # gradients leave at once: the sharded ones are counted apart
@@ -145,7 +147,7 @@ def _compact(trace, tokens: int) -> Costs:
                                   batch % TRACE_MB == 0))
         elif op.kind == "attention":
             b, heads, sq, sk, d, causal, backward = op.shape
-            costs.attention.append((op.phase, op.flops, b * heads, sq, sk, causal, backward))
+            costs.attention.append((op.phase, op.flops, b * heads, sq, sk, causal, backward, d))
     for key, value in _eager(trace.ops).items():
         costs.memory[(key, "eager")] = value
     for key, value in _fused(trace.ops).items():
