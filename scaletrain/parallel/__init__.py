@@ -111,6 +111,8 @@ def parallelize(config: ParallelConfig, topology: Topology, model: nn.Module,
     # Parallelisms replace parameters (FSDP's shards, tensor parallel's DTensors) or keep a
     # share of them (a stage): the optimizer must follow.
     optimizer = retarget_optimizer(optimizer, before, part.module)
+    for call in part.after_optimizer_step if optimizer is not None else ():
+        optimizer.register_step_post_hook(call)
     return Prepared(config, topology, part, optimizer)
 
 

@@ -42,7 +42,8 @@ class CommonOptions:
     precision: str = option("fp32", "fp32; bf16 (autocast around forward and loss); fp16 (autocast and a gradient "
                                     "scaler against underflow); fsdp casts through its mixed-precision policy "
                                     "instead; float8 (GPUs with compute capability 8.9+, torchao: the linear "
-                                    "layers' products in float8, the rest bf16; FSDP all-gathers in float8)",
+                                    "layers large enough to gain compute in float8, compiled, the rest bf16; FSDP "
+                                    "all-gathers them in float8 where it shards them)",
                             choices=tuple(PRECISIONS))
     grad_accum: int = option(1, "micro-steps per optimizer step; gradients are synchronised on the last one only, "
                                 "so the batch per optimizer step grows N times", metavar="N", parse=positive_int)
