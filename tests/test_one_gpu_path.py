@@ -244,3 +244,13 @@ def test_the_collector_is_frozen_after_setup_and_put_back():
     with scaletrain.init(strategy="single", gc_every=0) as run:
         run.setup(torch.nn.Linear(4, 2))
         assert gc.isenabled()
+
+
+@pytest.mark.parametrize("options,words", [({"gc_every": -1}, "gc_every=-1"), ({"fused_norms": "maybe"}, "true or false"),
+                                           ({"one_shard": "never"}, "one_shard='never'")])
+def test_bad_switches_are_refused_in_one_line(options, words):
+    from scaletrain.foundation.errors import UsageError
+
+    with pytest.raises(UsageError) as caught:
+        scaletrain.init(strategy="fsdp", **options)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
