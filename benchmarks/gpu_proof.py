@@ -14,6 +14,7 @@ end of the script; the table is written again after every part):
 5. torchtitan   benchmarks/gpu_vs_torchtitan.py, eager
 6. torchtitan   the same, both compiled
 7. float8       benchmarks/gpu_float8_check.py: bf16 eager, bf16 compiled, float8
+8. gpu-check    its other one-GPU rows (memory against the plan, doctor, hang detection)
 
     python benchmarks/gpu_proof.py --out runs/gpu-proof              # on a GPU
     python benchmarks/gpu_proof.py --out DIR --dry-run --table FILE  # on a CPU: tiny shapes, every part
@@ -41,8 +42,10 @@ import gpu_proof_rows as rows_of  # noqa: E402  (beside this file)
 
 WHEELS = ROOT / "scripts" / "gpu-wheels"
 DEADLINE_S = 480.0  # the parts' time, inside the 9 minutes the script is given on one GPU
-#: What the one-GPU correctness checks of gpu-check are (pytest's -k).
+#: gpu-check's one-GPU rows (pytest's -k): correctness first; memory, the tools and hang
+#: detection last, in what time is left (its speed rows, minutes of benchmarks, are not run).
 GPU_CHECK_ROWS = "strategies or context_parallel"
+GPU_CHECK_REST = "memory or tools or faults"
 
 
 @dataclass
@@ -136,6 +139,9 @@ def parts(dry: bool) -> list[Part]:
         Part("float8", "float8 against bf16 (eager and compiled)",
              lambda p: p.python("gpu_float8_check.py", "--out", str(p.out / "float8"), "--timeout", "90"), 240,
              rows_of.float8),
+        Part("gpu-check-rest", "gpu-check's other one-GPU rows", lambda p: [
+            "bash", str(ROOT / "scripts" / "gpu-check.sh"), "--out", str(p.out / "gpu-check-rest"), "-k",
+            GPU_CHECK_REST], 150, rows_of.gpu_check),
     ]
 
 

@@ -54,7 +54,7 @@ def wheels(proof, part, done) -> list:
 
 
 def gpu_check(proof, part, done) -> list:
-    results = proof.out / "gpu-check" / "gpu-check.json"
+    results = proof.out / part.name / "gpu-check.json"
     if not results.exists():
         line = last_line(done)
         nothing = "nothing to check" in (done.stdout + done.stderr)

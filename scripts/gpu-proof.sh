@@ -19,6 +19,8 @@
 #   5. torchtitan-eager     scaletrain against torchtitan 0.2.2, same model and data    ~1.5 min
 #   6. torchtitan-compiled  the same, both compiled                                     ~2.5 min
 #   7. float8               bf16 eager, bf16 compiled, float8                           ~2.5 min
+#   8. gpu-check-rest       gpu-check's other one-GPU rows (memory, doctor, hang detection),
+#                           in what time is left
 # A part that fails, times out or finds no time left is a row of the table saying so, never
 # the end of the script, and the table is written after every part: a deadline still leaves
 # a table. Exit status 0 when no row failed.

@@ -12,7 +12,8 @@ import sys
 
 from tests.helpers import REPO, run
 
-PARTS = ("wheels", "gpu-check", "calibration", "step-check", "torchtitan-eager", "torchtitan-compiled", "float8")
+PARTS = ("wheels", "gpu-check", "calibration", "step-check", "torchtitan-eager", "torchtitan-compiled", "float8",
+         "gpu-check-rest")
 
 
 def test_the_gpu_proof_dry_run_writes_every_part_as_a_row(tmp_path):
