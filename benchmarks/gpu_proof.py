@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -80,14 +81,7 @@ class Proof:
             return
         timeout = min(part.budget, left)
         began = time.monotonic()
-        try:
-            done = subprocess.run(part.argv(self), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                                  env={**self.env(), **part.env})
-        except subprocess.TimeoutExpired as exc:
-            done = subprocess.CompletedProcess(exc.cmd, -9, _text(exc.stdout), _text(exc.stderr))
-            done.timed_out = timeout
-        except OSError as exc:
-            done = subprocess.CompletedProcess(part.name, -1, "", str(exc))
+        done = _run(part.argv(self), timeout, {**self.env(), **part.env})
         (self.out / f"{part.name}.log").write_text(f"$ {' '.join(map(str, done.args))}\n{done.stdout}\n{done.stderr}")
         try:
             found = part.rows(self, part, done)
@@ -110,8 +104,29 @@ class Proof:
         (self.out / "gpu-proof.json").write_text(json.dumps({"machine": self.machine, "rows": self.rows}, indent=1))
 
 
-def _text(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+def _run(argv: list, timeout: float, env: dict) -> subprocess.CompletedProcess:
+    """`argv` in a session of its own; past `timeout`, every process it started is killed (a
+    part's workers must not hold the GPU through the next part)."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                                start_new_session=True)
+    except OSError as exc:
+        return subprocess.CompletedProcess(argv, -1, "", str(exc))
+    timed_out = None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = timeout
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left behind
+        except ProcessLookupError:
+            pass
+    done = subprocess.CompletedProcess(argv, proc.returncode, out or "", err or "")
+    done.timed_out = timed_out
+    return done
 
 
 def parts(dry: bool) -> list[Part]:
