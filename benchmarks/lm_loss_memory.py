@@ -5,12 +5,13 @@ with a 32,768-token vocabulary, where the logits outweigh everything else.
 The model: a Hugging Face Llama built from a config (hidden 64, 2 layers, GQA 4/2 heads,
 vocabulary 32,768), trained by `scaletrain.init(strategy="single", precision=...)` and
 `run.train_step` with `labels` (the model's own loss, which scaletrain computes from its
-logits); batch 2 × 2,048 tokens (4,096 tokens: two of the default chunks of this
-vocabulary), in bf16 (autocast) and fp32. The peak is the most bytes of tensors the step held
+logits); batch 4 × 2,048 tokens (8,192 tokens: eight of the default chunks of this
+vocabulary, as a sequence of 8,192 tokens of a 128k vocabulary makes 32), in bf16 (autocast)
+and fp32. The peak is the most bytes of tensors the step held
 at once (`scaletrain.measure.live_bytes`: counted from the tensors, the same on every
 machine), the time the median of 5 steps after 2; the two losses are printed side by side.
 
-    python benchmarks/lm_loss_memory.py            # about a minute on 2 CPU cores
+    python benchmarks/lm_loss_memory.py            # about two minutes on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import scaletrain  # noqa: E402
 from scaletrain.measure.live_bytes import LiveBytes  # noqa: E402
 
-VOCAB, BATCH, TOKENS = 32768, 2, 2048
+VOCAB, BATCH, TOKENS = 32768, 4, 2048
 
 
 def model():

@@ -193,8 +193,8 @@ def _step_peak(chunked: bool, vocab: int = 32768) -> tuple[int, float]:
 
 def test_chunked_loss_lowers_a_steps_peak_on_a_32k_vocabulary(monkeypatch):
     """1,024 tokens of a 32,768-token vocabulary under bf16 autocast, in chunks of 256 tokens (the
-    default chunk holds 2,048 tokens of this vocabulary: benchmarks/lm_loss_memory.py measures it
-    at that size). The plain loss's float32 copy of the logits, log-probabilities and their
+    default chunk holds 1,024 tokens of this vocabulary: benchmarks/lm_loss_memory.py measures it
+    at that size, on 8,192 tokens). The plain loss's float32 copy of the logits, log-probabilities and their
     gradients are gone: the peak is lower by more than the float32 logits."""
     from scaletrain.data import lm_loss
 

@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 
 IGNORE_INDEX = -100  # transformers' label for positions that do not count
-#: Logits per chunk (tokens × vocabulary): 256 MiB of float32 at most, e.g. 512 tokens of a
-#: 128k vocabulary, 2,048 of a 32k one.
-CHUNK_ELEMENTS = 2 ** 26
+#: Logits per chunk (tokens × vocabulary): 128 MiB of float32 at most, e.g. 256 tokens of a
+#: 128k vocabulary (32 chunks of a sequence of 8,192), 1,024 of a 32k one.
+CHUNK_ELEMENTS = 2 ** 25
 _chunking = False
 
 

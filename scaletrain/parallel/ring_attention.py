@@ -171,13 +171,13 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        with whole_work.attention(*_whole(ctx.saved_tensors[0], ctx.saved_tensors[2], ctx.exchange.size),
-                                  backward=True):
-            return _RingAttention._backward(ctx, grad_out)
+        saved = ctx.saved_tensors  # once: under activation checkpointing a second read is refused
+        with whole_work.attention(*_whole(saved[0], saved[2], ctx.exchange.size), backward=True):
+            return _RingAttention._backward(ctx, grad_out, saved)
 
     @staticmethod
-    def _backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
+    def _backward(ctx, grad_out, saved):
+        q, k, v, out, lse = saved
         exchange, scale, causal = ctx.exchange, ctx.scale, ctx.causal
         rank, size = exchange.rank, exchange.size
         heads, length = q.shape[1], q.shape[2]
