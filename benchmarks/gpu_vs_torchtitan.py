@@ -3,6 +3,7 @@ precision (bf16) and activation checkpointing (full), trained by each; tokens/s,
 memory of each, medians of 3 measurement windows.
 
     python benchmarks/gpu_vs_torchtitan.py --out DIR                # on a GPU (about 2 minutes)
+    python benchmarks/gpu_vs_torchtitan.py --out DIR --compile      # both compiled (torch.compile per block)
     python benchmarks/gpu_vs_torchtitan.py --out DIR --dry-run      # on a CPU: a tiny model, the same code paths
 
 Each side runs in a fresh process, one after the other: 3 warm-up steps, then 3 windows of
@@ -11,10 +12,12 @@ Each side runs in a fresh process, one after the other: 3 warm-up steps, then 3 
 (dim 2048, 16 layers, GQA 32/8 heads, FFN 8192, vocab 128256, untied head: 1.50 B
 parameters), sequence 8192, batch 1 per step, AdamW (fused), learning rate 3e-4.
 
-- scaletrain: the library API as a user writes it — `scaletrain.init(strategy="fsdp",
-  precision="bf16", activation_checkpointing="full")`, a Hugging Face `LlamaForCausalLM` built
-  from a config, `run.setup`, `run.train_step` (FSDP of one process: bf16 compute, fp32
-  parameters and gradient reduction).
+- scaletrain: the library API as a user writes it, with its defaults —
+  `scaletrain.init(strategy="fsdp", precision="bf16", activation_checkpointing="full")`, a
+  Hugging Face `LlamaForCausalLM` built from a config, `run.setup`, `run.train_step` with
+  `labels` (on one GPU: the model as it is under bf16 autocast, fp32 parameters; its RMSNorms
+  by torch's fused kernel, its loss chunked, the logits let go before backward, the garbage
+  collector on a schedule).
 - torchtitan: its own `Trainer` and Llama 3 (torchtitan 0.2.2, installed from its wheel), the
   same architecture as a model flavour, its own parallelisation (on one GPU: bf16 autocast,
   fp32 parameters; full activation checkpointing), with the same synthetic tokens fed through
@@ -50,9 +53,10 @@ WARMUP, WINDOWS = 3, 3
 
 def settings(args) -> dict:
     if args.dry_run:
-        return {"size": "tiny", "seq_len": 32, "batch": 2, "window": 1, "device": "cpu", "lr": 3e-4}
+        return {"size": "tiny", "seq_len": 32, "batch": 2, "window": 1, "device": "cpu", "lr": 3e-4,
+                "compile": False}
     return {"size": args.size, "seq_len": args.seq_len, "batch": args.batch, "window": args.window, "device": "cuda",
-            "lr": 3e-4}
+            "lr": 3e-4, "compile": args.compile}
 
 
 def _sync(device: str) -> None:
@@ -72,7 +76,7 @@ def _memory(device: str) -> dict:
 
 
 # -- scaletrain's side -------------------------------------------------------------------------
-def run_scaletrain(s: dict, strategy: str = "fsdp", precision: str = "bf16") -> dict:
+def run_scaletrain(s: dict, strategy: str = "fsdp", precision: str = "bf16", **options) -> dict:
     import torch
 
     import scaletrain
@@ -81,7 +85,7 @@ def run_scaletrain(s: dict, strategy: str = "fsdp", precision: str = "bf16") -> 
     steps = WARMUP + WINDOWS * s["window"]
     data = gpu_llama.token_batches(arch, s["seq_len"], s["batch"], steps)
     with scaletrain.init(strategy=strategy, precision=precision, activation_checkpointing="full", seed=0,
-                         device=s["device"]) as run:
+                         device=s["device"], compile=s.get("compile", False), **options) as run:
         model = gpu_llama.hf_model(arch, str(run.device))
         parameters = sum(p.numel() for p in model.parameters())
         optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.1,
@@ -104,6 +108,9 @@ def torchtitan_trainer(s: dict, folder: str):
     """torchtitan's Trainer for the benchmark's model and data (its Llama 3, a flavour of this
     architecture; a train spec whose dataloader yields the same synthetic tokens)."""
     import torch
+    import torchtitan_imports
+
+    torchtitan_imports.install()  # stand-ins for its data and logging packages, where missing
     import torchtitan.protocols.train_spec as train_spec
     from torchtitan.components.dataloader import BaseDataLoader
     from torchtitan.config import ConfigManager
@@ -136,7 +143,7 @@ def torchtitan_trainer(s: dict, folder: str):
         "--training.steps", str(steps), "--training.mixed_precision_param", "bfloat16",
         "--activation_checkpoint.mode", "full", "--optimizer.name", "AdamW", "--optimizer.lr", str(s["lr"]),
         "--optimizer.implementation", "fused", "--lr_scheduler.warmup_steps", "1", "--metrics.log_freq", "1000",
-        "--job.dump_folder", folder])
+        "--job.dump_folder", folder, *(["--compile.enable"] if s.get("compile") else [])])
     if s["device"] != "cuda":
         return config, None  # torchtitan trains on accelerators only: the dry run checks its configuration
     from torchtitan.train import Trainer
@@ -209,6 +216,8 @@ def side_in_subprocess(name: str, args, timeout: float) -> dict:
         result_file = fh.name
     argv = [sys.executable, __file__, "--side", name, "--result", result_file, "--size", args.size,
             "--seq-len", str(args.seq_len), "--batch", str(args.batch), "--window", str(args.window)]
+    if args.compile:
+        argv.append("--compile")
     if args.dry_run:
         argv.append("--dry-run")
     began = time.monotonic()
@@ -229,8 +238,8 @@ def table(results: dict, s: dict) -> str:
     arch = gpu_llama.SIZES[s["size"]]
     device = next((r.get("device_name") for r in results.values() if r.get("device_name")), s["device"])
     lines = [f"{device}; model {s['size']} ({arch.parameters() / 1e9:.2f} B parameters), sequence {s['seq_len']}, "
-             f"batch {s['batch']}, bf16, full activation checkpointing; medians of {WINDOWS} windows of "
-             f"{s['window']} steps", "",
+             f"batch {s['batch']}, bf16, full activation checkpointing, {'compiled' if s.get('compile') else 'eager'}; "
+             f"medians of {WINDOWS} windows of {s['window']} steps", "",
              "| framework | tokens/s | TFLOP/s | MFU | peak memory (allocated) | peak memory (reserved) | vs torchtitan |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     base = results.get("torchtitan", {}).get("tokens_per_second")
@@ -254,6 +263,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=8192)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--window", type=int, default=4, help="steps per measurement window")
+    p.add_argument("--compile", action="store_true", help="both sides compile the model's blocks (torch.compile)")
     p.add_argument("--sides", default="torchtitan,scaletrain", help="which to run, in this order")
     p.add_argument("--timeout", type=float, default=85.0, help="seconds each side may take")
     p.add_argument("--side", help=argparse.SUPPRESS)

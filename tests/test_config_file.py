@@ -131,5 +131,6 @@ def test_recorded_configuration_holds_the_options_every_strategy_takes(tmp_path)
     path = config_file.write(tmp_path / "config.yaml", record(TrainConfig.from_args(parse("--strategy", "ddp"))))
     argv = ["--config", str(path), "--strategy", "fsdp"]  # the file suits another strategy too
     options = strategy_options_from_args(config_file.apply(parse(*argv), build_parser, argv))
-    assert options == {"precision": "fp32", "grad_accum": 1, "compile": False, "activation_checkpointing": "none"}
+    assert options == {"precision": "fp32", "grad_accum": 1, "compile": False, "activation_checkpointing": "none",
+                       "fused_norms": True, "chunked_loss": True, "gc_every": 50}
     assert get_strategy("fsdp", **options).grad_accum == 1

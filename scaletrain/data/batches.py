@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..foundation.errors import UsageError
+from .lm_loss import cross_entropy
 
 #: `targets` when the caller gave none (None is a legitimate target of nothing).
 NO_TARGETS: Any = type("NoTargets", (), {"__repr__": lambda self: "NO_TARGETS"})()
@@ -90,6 +91,8 @@ def compute_loss(output: Any, rest: tuple, loss_fn: Optional[Callable], inputs: 
         return own
     if isinstance(output, torch.Tensor) and len(rest) == 1 and isinstance(rest[0], torch.Tensor) \
             and rest[0] is not inputs:
+        if output.dim() == 2:  # (samples, classes): the cross-entropy below, chunked over samples where on
+            return cross_entropy(output, rest[0].to(output.device))
         return F.cross_entropy(output.float(), rest[0].to(output.device))
     raise UsageError("the model's output has no loss of its own (no .loss) and no loss function was given; "
                      "pass loss_fn=... (e.g. torch.nn.functional.cross_entropy), or give the model labels")

@@ -19,7 +19,11 @@ from typing import Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count, shape_wrapper
+from torch.utils.flop_counter import flop_registry
+
+from . import whole_work
+from .attention import (ATTENTION_BACKWARD_NAMES, ATTENTION_FLOPS, ATTENTION_NAMES, attention_backward_flops,
+                        attention_flops, attention_shape)
 
 aten = torch.ops.aten
 
@@ -30,29 +34,13 @@ VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsquee
          "_to_copy_view", "empty_like", "empty", "new_empty", "new_empty_strided", "empty_strided", "sym_size",
          "sym_stride", "sym_numel", "is_same_size", "device", "_local_scalar_dense", "scalar_tensor"}
 MATMULS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm"}
-ATTENTION = {"_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-             "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
-             "_flash_attention_forward", "_efficient_attention_forward"}
-ATTENTION_BACKWARD = {name + "_backward" for name in ATTENTION} | {"_flash_attention_backward",
-                                                                  "_efficient_attention_backward"}
+ATTENTION = ATTENTION_NAMES - ATTENTION_BACKWARD_NAMES
+ATTENTION_BACKWARD = ATTENTION_BACKWARD_NAMES
 
-
-def _cpu_flash_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-def _cpu_flash_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
-
-
-#: The CPU's flash attention is missing from torch's registry; its work is the CUDA kernels'.
-CUSTOM_FLOPS = {
-    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_flops,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward_flops,
-}
-
-
-_CUSTOM_WRAPPED = {k: shape_wrapper(v) for k, v in CUSTOM_FLOPS.items()}
+#: Formulas scaletrain gives instead of torch's (raw: they take the operator's arguments):
+#: every attention operator's, the same on every torch (flops/attention.py). For
+#: `FlopCounterMode(custom_mapping=CUSTOM_FLOPS)`, which counts as a run does.
+CUSTOM_FLOPS = dict(ATTENTION_FLOPS)
 
 
 def _dtensor_type():
@@ -62,9 +50,11 @@ def _dtensor_type():
     return getattr(module, "DTensor", None)
 
 
-def _has_dtensor(args, kwargs) -> bool:
+def _first_dtensor(args, kwargs):
     dtensor = _dtensor_type()
-    return dtensor is not None and any(isinstance(x, dtensor) for x in tree_flatten((args, kwargs))[0])
+    if dtensor is None:
+        return None
+    return next((x for x in tree_flatten((args, kwargs))[0] if isinstance(x, dtensor)), None)
 
 
 def _local(x):
@@ -73,13 +63,19 @@ def _local(x):
 
 
 def op_flops(func, args, kwargs, out) -> int:
-    """FLOPs of one operator as `FlopCounterMode(custom_mapping=CUSTOM_FLOPS)` counts them;
-    on DTensors, this process's local pieces (a tensor-parallel shard's share, not the whole)."""
+    """FLOPs of one operator as `FlopCounterMode(custom_mapping=CUSTOM_FLOPS)` counts them.
+    On DTensors (tensor parallel, torch's context parallel) an equal share of the whole
+    operator's FLOPs for each process of their mesh (a DTensor's shape is the whole tensor's):
+    summed over the processes, the operator counts once, whether its pieces are split among
+    them or each computes it whole (replicated), and whatever redistribution it took. Raises
+    what the formula raises (`TraceMode` records it and counts the operator as 0)."""
     packet = func._overloadpacket
-    if _has_dtensor(args, kwargs):
-        args, kwargs, out = tree_map(_local, (args, kwargs, out))
-    formula = _CUSTOM_WRAPPED.get(packet) or flop_registry.get(packet)
-    return int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
+    formula = CUSTOM_FLOPS.get(packet) or flop_registry.get(packet)
+    if formula is None:
+        return 0
+    flops = formula(*args, **kwargs, out_val=out)
+    dtensor = _first_dtensor(args, kwargs)
+    return int(round(flops / dtensor.device_mesh.size())) if dtensor is not None else int(flops)
 
 
 @dataclass
@@ -105,6 +101,12 @@ class StepTrace:
     timeline: list = field(default_factory=list)
     forward_end: Optional[int] = None
     largest: tuple = (0, 0)  # the largest tensor made: (bytes if token-shaped, bytes otherwise)
+    # Operators whose FLOP formula failed, each counted as 0: {operator: why (the first error)}.
+    uncounted: dict = field(default_factory=dict)
+    # With `fingerprints`: (phase, FLOPs, a number the operator's inputs determine) of each
+    # operator counted on plain tensors, so that tensor-parallel peers can tell the ones they
+    # all computed alike (replicated: the model's work once, not once per peer).
+    pieces: list = field(default_factory=list)
 
     @property
     def model_flops(self) -> int:
@@ -147,10 +149,12 @@ class TraceMode(TorchDispatchMode):
     `token_count` (batch × sequence, flattened), is token-shaped, so that a planner can scale
     a trace to other micro-batches."""
 
-    def __init__(self, detail: bool = False, batch: Optional[int] = None, token_count: Optional[int] = None):
+    def __init__(self, detail: bool = False, batch: Optional[int] = None, token_count: Optional[int] = None,
+                 fingerprints: bool = False):
         super().__init__()
         self.trace = StepTrace()
         self.detail, self.batch, self.token_count = detail, batch, token_count
+        self.fingerprints = fingerprints
         self._serial: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._next = 0
         self._live = [0, 0]
@@ -162,12 +166,33 @@ class TraceMode(TorchDispatchMode):
         if name in VIEWS:
             return out
         where = phase()
-        flops = op_flops(func, args, kwargs, out)
+        try:
+            # A parallelism's pieces of whole work count as the whole, once (flops/whole_work.py).
+            flops = 0 if whole_work.inside() else op_flops(func, args, kwargs, out)
+        except Exception as exc:  # noqa: BLE001 - a formula's failure must never fail the step it counts
+            flops = 0
+            self.trace.uncounted.setdefault(f"aten.{name}", f"{type(exc).__name__}: {exc}".strip())
         if flops:
-            setattr(self.trace, f"{where}_flops", getattr(self.trace, f"{where}_flops") + flops)
+            self._add(where, flops)
+            if self.fingerprints and _first_dtensor(args, kwargs) is None:
+                self.trace.pieces.append((where, flops, _fingerprint(args, kwargs)))
         if self.detail:
             self._record(name, where, flops, args, kwargs, out)
         return out
+
+    def _add(self, where: str, flops: int) -> None:
+        setattr(self.trace, f"{where}_flops", getattr(self.trace, f"{where}_flops") + flops)
+
+    def _whole_work(self, kind: str, shape: tuple) -> None:
+        self._add(phase(), (attention_backward_flops if kind == "attention_backward" else attention_flops)(*shape))
+
+    def __enter__(self):
+        whole_work.listen(self._whole_work)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        whole_work.stop_listening(self._whole_work)
+        return super().__exit__(*exc)
 
     # -- the planner's detail -----------------------------------------------------------------
     def _record(self, name, where, flops, args, kwargs, out) -> None:
@@ -179,10 +204,10 @@ class TraceMode(TorchDispatchMode):
                                                                else inputs[1].dtype, ""), _matmul_shape(name, args))
         elif name in ATTENTION or name in ATTENTION_BACKWARD:
             backward = name in ATTENTION_BACKWARD
-            q, k = (args[1], args[2]) if backward else (args[0], args[1])
+            q = args[1] if backward else args[0]
             causal = bool(kwargs.get("is_causal", _causal_arg(name, args)))
             op = Op(name, where, "attention", flops, _DTYPES.get(q.dtype, ""),
-                    (q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], causal, backward))
+                    (*attention_shape(name, tree_map(_local, args)), causal, backward))
         else:
             reads = tuple(self._storage(t) for t in inputs)
             if name == "embedding":  # a lookup reads the rows it returns, not the whole table
@@ -220,6 +245,15 @@ class TraceMode(TorchDispatchMode):
 
     def mark_forward_end(self) -> None:
         self.trace.forward_end = len(self.trace.ops)
+
+
+def _fingerprint(args, kwargs) -> torch.Tensor:
+    """A number the operator's floating-point inputs determine (on their device: no wait)."""
+    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    total = torch.zeros((), dtype=torch.float64, device=tensors[0].device if tensors else "cpu")
+    for i, t in enumerate(tensors):
+        total = total + (i + 1) * t.detach().sum(dtype=torch.float64).to(total.device)
+    return total
 
 
 def _token_dims(t: torch.Tensor) -> tuple:

@@ -99,6 +99,21 @@ def reshard_value(text) -> bool | int:
 reshard_value.to_text = lambda value: str(value).lower()  # config.yaml writes what the flag reads back
 
 
+def on_off(text) -> bool:
+    """A setting that is on or off: true/false (yes/no, on/off)."""
+    if isinstance(text, bool):
+        return text
+    word = str(text).strip().lower()
+    if word in ("true", "yes", "on"):
+        return True
+    if word in ("false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+on_off.to_text = lambda value: str(value).lower()
+
+
 def shell_words(text: str) -> tuple:
     """'--mca btl_tcp_if_include eth0' -> its words, split as a shell would."""
     import shlex

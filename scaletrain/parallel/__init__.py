@@ -4,6 +4,8 @@ A run's topology (`Topology`: the degrees of the mesh's dimensions, `dims.MESH`,
 DeviceMesh) is owned by the run; the parallelisms are transforms applied to the model, in
 this fixed order, each where the configuration (`ParallelConfig`) enables it:
 
+   fused_norms     hand-written RMSNorm modules of known forms computed by torch's fused
+                   rms_norm (the same maths), before anything wraps the blocks
 1. pipeline        cut the model into stages of consecutive units; this process keeps its
                    own, and everything below applies to that stage alone
 2. local_devices   the classic single-process split over this process's devices (mp, and
@@ -14,6 +16,8 @@ this fixed order, each where the configuration (`ParallelConfig`) enables it:
 4. context_parallel split each sequence across the "cp" dimension, attention round a ring
 5. activation_checkpointing  keep only each block's input for backward, recompute the rest
 6. compile         torch.compile block by block, in place
+   chunked_loss    a Hugging Face causal LM's own loss taken from its logits a chunk of
+                   tokens at a time (hooks on the model itself, under any wrapper)
 7. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard" × "cp"):
                    sharded, hybrid-sharded (HSDP) or replicated by FSDP's means
 
@@ -46,6 +50,8 @@ from .config import SPLIT, ParallelConfig
 from .context_parallel import ContextParallel
 from .data_parallel import DataParallel
 from .float8 import Float8Training
+from .fused_norms import FusedNorms
+from .lm_loss import ChunkedLoss
 from .local_devices import LocalDevices
 from .meta_init import is_meta, materialise
 from .model_state import retarget_optimizer
@@ -57,6 +63,7 @@ from .topology import Topology
 
 #: The parallelisms, in the order they are applied.
 PARALLELISMS = [
+    FusedNorms(),
     PipelineCut(),
     LocalDevices(),
     Float8Training(),
@@ -64,6 +71,7 @@ PARALLELISMS = [
     ContextParallel(),
     ActivationCheckpointing(),
     Compile(),
+    ChunkedLoss(),
     DataParallel(),
 ]
 
@@ -103,6 +111,8 @@ def parallelize(config: ParallelConfig, topology: Topology, model: nn.Module,
     # Parallelisms replace parameters (FSDP's shards, tensor parallel's DTensors) or keep a
     # share of them (a stage): the optimizer must follow.
     optimizer = retarget_optimizer(optimizer, before, part.module)
+    for call in part.after_optimizer_step if optimizer is not None else ():
+        optimizer.register_step_post_hook(call)
     return Prepared(config, topology, part, optimizer)
 
 

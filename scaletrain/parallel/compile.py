@@ -33,7 +33,8 @@ class Compile:
     name = "compile"
 
     def enabled(self, config: ParallelConfig) -> bool:
-        return bool(config.option("compile", False))
+        # float8 pays only compiled (parallel/float8.py): its scales and casts fused
+        return bool(config.option("compile", False)) or config.option("precision") == "float8"
 
     def apply(self, part: ModelPart, config: ParallelConfig, topology) -> None:
         compiled = compile_blocks(part.module)

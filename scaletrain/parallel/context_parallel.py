@@ -192,6 +192,7 @@ class ContextParallelRunner:
             loss = compute_loss(output, rest, loss_fn, inputs)
             if loss_fn is not None or own_loss(output) is None:
                 loss = self.splitter.whole_value(loss)
+        del output  # the logits are not kept through backward
         (loss if isinstance(scale, float) and scale == 1.0 else loss * scale).backward()
         return loss.detach()
 

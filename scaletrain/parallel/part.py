@@ -37,6 +37,8 @@ class ModelPart:
     """What this run holds, for summary.json."""
     banner: list = field(default_factory=list)
     """Lines the run prints on rank 0 (the split it made, ...)."""
+    after_optimizer_step: list = field(default_factory=list)
+    """Calls to make after each step of the optimizer (float8's scales, computed at once)."""
     tp_rules: dict = field(default_factory=dict)
     """Tensor parallel's rules ({module path or pattern: style}), read from the whole model
     before any cut."""

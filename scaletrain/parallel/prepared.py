@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..data.batches import NO_TARGETS, call_model, compute_loss, move_to, split
+from ..data.lm_loss import chunking
 from . import model_state, state
 from .config import ParallelConfig
 from .grad_norm import total_norm
@@ -51,15 +52,19 @@ class Prepared:
                          scale: float = 1.0) -> torch.Tensor:
         """Forward and backward on one batch; returns the detached, unscaled loss. The batch
         goes to this process's device first, whatever the strategy (DDP and FSDP would move
-        it by themselves, a plain module or a pipeline stage would not)."""
+        it by themselves, a plain module or a pipeline stage would not). The model's output
+        (a language model's logits: gigabytes) is let go before backward; a language model's
+        loss is chunked where `chunked_loss` is on (data/lm_loss.py)."""
         batch, targets = self.on_device(batch), self.on_device(targets)
-        if getattr(self.runner, "forward_backward", None) is not None:
-            return self.runner.forward_backward(batch, targets, loss_fn, scale, autocast=self.autocast)
-        inputs, rest = split(batch, targets)
-        with self.autocast():
-            output = call_model(self.part.model, inputs)
-            loss = compute_loss(output, rest, loss_fn, inputs)
-        (loss if isinstance(scale, float) and scale == 1.0 else loss * scale).backward()
+        with chunking(self.config.option("chunked_loss", True)):
+            if getattr(self.runner, "forward_backward", None) is not None:
+                return self.runner.forward_backward(batch, targets, loss_fn, scale, autocast=self.autocast)
+            inputs, rest = split(batch, targets)
+            with self.autocast():
+                output = call_model(self.part.model, inputs)
+                loss = compute_loss(output, rest, loss_fn, inputs)
+            del output  # what backward needs of it, autograd holds; the rest is freed now
+            (loss if isinstance(scale, float) and scale == 1.0 else loss * scale).backward()
         return loss.detach()
 
     def on_device(self, batch: Any) -> Any:

@@ -35,6 +35,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from ..flops import whole_work
 from .eager_only import eager_only
 
 aten = torch.ops.aten
@@ -145,6 +146,11 @@ def _fold_heads(grad: torch.Tensor, kv_heads: int) -> torch.Tensor:
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, exchange, scale, causal):
+        with whole_work.attention(*_whole(q, v, exchange.size)):  # counted as the whole sequence's
+            return _RingAttention._forward(ctx, q, k, v, exchange, scale, causal)
+
+    @staticmethod
+    def _forward(ctx, q, k, v, exchange, scale, causal):
         rank, size = exchange.rank, exchange.size
         heads, length = q.shape[1], q.shape[2]
         out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
@@ -165,7 +171,13 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
+        saved = ctx.saved_tensors  # once: under activation checkpointing a second read is refused
+        with whole_work.attention(*_whole(saved[0], saved[2], ctx.exchange.size), backward=True):
+            return _RingAttention._backward(ctx, grad_out, saved)
+
+    @staticmethod
+    def _backward(ctx, grad_out, saved):
+        q, k, v, out, lse = saved
         exchange, scale, causal = ctx.exchange, ctx.scale, ctx.causal
         rank, size = exchange.rank, exchange.size
         heads, length = q.shape[1], q.shape[2]
@@ -191,6 +203,12 @@ class _RingAttention(torch.autograd.Function):
                 kv = tuple(_unpack(kv_pending.wait(), kv))
         dk, dv = _unpack(acc_pending.wait(), (k, v))
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
+def _whole(q: torch.Tensor, v: torch.Tensor, size: int) -> tuple:
+    """(batch, query heads, this process's queries, the whole sequence's keys, widths): the
+    attention the ring computes in pieces."""
+    return q.shape[0], q.shape[1], q.shape[2], q.shape[2] * size, q.shape[3], v.shape[3]
 
 
 def _merge(out: torch.Tensor, lse: torch.Tensor, rows: slice, o_b: torch.Tensor, l_b: torch.Tensor) -> None:

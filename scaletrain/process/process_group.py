@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -25,10 +26,9 @@ def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout
     netif.check_interfaces(os.environ)  # an interface variable naming no interface: one line, not a C++ error
     timeout = timeout or DEFAULT_TIMEOUT
     kwargs = {}
-    if device.type == "cuda":
-        # Binding the group to the device lets NCCL connect eagerly and avoids the
-        # "guessing device from rank" warning and its wrong guesses on multi-GPU nodes.
-        kwargs["device_id"] = device
+    bound = bound_device(backend, device)
+    if bound is not None:
+        kwargs["device_id"] = bound
     if not env.launched and env.world_size == 1:
         # One process and no launcher: an in-memory store needs no port and cannot clash.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kwargs)
@@ -50,6 +50,19 @@ def init_process_group(env: DistEnv, backend: str, device: torch.device, timeout
     dist.init_process_group(backend, init_method=f"tcp://{host}:{env.master_port}", rank=env.rank,
                             world_size=env.world_size, timeout=timeout, **kwargs)
     return True
+
+
+def bound_device(backend: str, device: torch.device) -> Optional[torch.device]:
+    """The device to bind the process group to (`init_process_group(device_id=...)`), or None.
+
+    Only NCCL uses it: bound, NCCL connects eagerly and never guesses a rank's GPU. Gloo has
+    nothing to bind, and a bound Gloo group breaks torch's device meshes on a CUDA machine: a
+    mesh then builds its sub-groups by splitting the bound group, and splitting deep-copies
+    Gloo's options, which cannot be copied (`TypeError: cannot pickle '_Options'`, torch
+    2.11 to 2.13, for every mesh with a dimension smaller than the world)."""
+    for_cuda = [part.split(":", 1)[-1] for part in backend.lower().split(",")
+                if ":" not in part or part.split(":", 1)[0] == "cuda"]  # "nccl", or "cpu:gloo,cuda:nccl"
+    return device if device.type == "cuda" and for_cuda == ["nccl"] else None
 
 
 def destroy_process_group(owned: bool) -> None:

@@ -33,6 +33,7 @@ from ..strategies import Strategy
 from ..track import Trackers
 from .checkpoints import RunCheckpoints
 from .collectives import RunCollectives
+from .gc_schedule import GcSchedule
 from .memory import RunMemory
 from .meta_build import RunMetaBuild
 from .records import RunRecords
@@ -73,6 +74,8 @@ class Run(RunStepLoop, RunMetaBuild, RunCollectives, RunCheckpoints, RunRecords,
         self.scaler = LossScaler(strategy.precision, ctx.device, topology.gradients_differ)
         self._meta_rng: Optional[torch.Tensor] = None  # the random state a meta-device build started from
         self._meta_built = None  # what that build did to every tensor (parallel/init_trace.py)
+        #: Python's garbage collector, frozen after setup and run every `gc_every` steps.
+        self.collector = GcSchedule(getattr(strategy.options, "gc_every", 0))
 
     # -- who am I -----------------------------------------------------------------------
     rank = property(lambda self: self.ctx.rank)
@@ -127,6 +130,7 @@ class Run(RunStepLoop, RunMetaBuild, RunCollectives, RunCheckpoints, RunRecords,
         self._prepared[id(prepared.model)] = prepared
         for line in prepared.banner:
             self.print(f"scaletrain: {line}")
+        self.collector.start()
         if scheduler is not None:
             if getattr(scheduler, "optimizer", prepared.optimizer) is not prepared.optimizer:
                 scheduler.optimizer = prepared.optimizer  # drive the optimizer that really steps
@@ -225,6 +229,7 @@ class Run(RunStepLoop, RunMetaBuild, RunCollectives, RunCheckpoints, RunRecords,
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.collector.stop()
             self.trackers.finish()  # flushed and closed even when the loop did not finish them
             self._finish_background_save()
             if self._watchdog is not None:

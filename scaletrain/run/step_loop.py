@@ -18,7 +18,7 @@ from ..foundation.errors import UsageError
 
 class RunStepLoop:
     """Mixed into Run: uses its `prepared`, `strategy`, `scaler`, `watch`, `_micro_step`,
-    `steps_taken` and `_watchdog`."""
+    `steps_taken`, `collector` and `_watchdog`."""
 
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, targets: Any = NO_TARGETS,
                    loss_fn: Optional[Callable] = None, *, scheduler: Any = None,
@@ -105,6 +105,7 @@ class RunStepLoop:
                 scheduler.step()
         self._micro_step = (self._micro_step + 1) % self.strategy.grad_accum
         self.steps_taken += 1
+        self.collector.step(self.steps_taken)
         if self._watchdog is not None:
             self._watchdog.step = self.steps_taken
         return stepped

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..foundation.errors import UsageError, arg
 from ..foundation.options import build, check_choice, check_count, declared, option, spellings
-from ..foundation.text_values import factory_name, positive_int, reshard_value
+from ..foundation.text_values import factory_name, non_negative_int, on_off, positive_int, reshard_value
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
 from ..parallel.checkpointing import MODES as AC_MODES
 from ..parallel.dims import BY_NAME, CP, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
@@ -42,7 +42,8 @@ class CommonOptions:
     precision: str = option("fp32", "fp32; bf16 (autocast around forward and loss); fp16 (autocast and a gradient "
                                     "scaler against underflow); fsdp casts through its mixed-precision policy "
                                     "instead; float8 (GPUs with compute capability 8.9+, torchao: the linear "
-                                    "layers' products in float8, the rest bf16; FSDP all-gathers in float8)",
+                                    "layers large enough to gain compute in float8, compiled, the rest bf16; FSDP "
+                                    "all-gathers them in float8 where it shards them)",
                             choices=tuple(PRECISIONS))
     grad_accum: int = option(1, "micro-steps per optimizer step; gradients are synchronised on the last one only, "
                                 "so the batch per optimizer step grows N times", metavar="N", parse=positive_int)
@@ -54,11 +55,31 @@ class CommonOptions:
                 "with ac_every), none", choices=AC_MODES)
     ac_every: Optional[int] = option(None, "with activation_checkpointing selective: checkpoint every k-th block "
                                            "whole instead of the operator policy", metavar="K", parse=positive_int)
+    fused_norms: bool = option(True, "compute the model's hand-written RMSNorm modules (Hugging Face's Llama, "
+                                     "Mistral, Qwen, Gemma and their kin, recognised by their code) with torch's "
+                                     "fused rms_norm: the same maths in one kernel; false keeps them",
+                               metavar="true|false", parse=on_off)
+    chunked_loss: bool = option(True, "compute a language model's cross-entropy a chunk of tokens at a time, never "
+                                      "holding all its float32 logits (the lm task's loss, and a Hugging Face causal "
+                                      "LM's own loss, with its semantics): the same loss, less memory; false: the "
+                                      "plain loss", metavar="true|false", parse=on_off)
+    gc_every: int = option(50, "Python's garbage collector: frozen after setup, automatic collection off, and a "
+                               "collection every N training steps (no pause at a random step); 0 leaves it as "
+                               "it is", metavar="N", parse=non_negative_int)
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
         check_count("grad_accum", self.grad_accum, 1, "a whole number of micro-steps")
         check_choice("activation_checkpointing", self.activation_checkpointing, AC_MODES)
+        for name in ("fused_norms", "chunked_loss"):
+            if not isinstance(getattr(self, name), bool):
+                try:
+                    object.__setattr__(self, name, on_off(getattr(self, name)))
+                except argparse.ArgumentTypeError:
+                    raise UsageError(f"{arg(name, getattr(self, name))}: give true or false") from None
+        if isinstance(self.gc_every, bool) or not isinstance(self.gc_every, int) or self.gc_every < 0:
+            raise UsageError(f"{arg('gc_every', self.gc_every)}: give a whole number of steps, or 0 to leave "
+                             "Python's garbage collector as it is")
         if self.ac_every is not None:
             check_count("ac_every", self.ac_every, 1, "a whole number of blocks")
             if self.activation_checkpointing != "selective":

@@ -48,7 +48,7 @@ class Utilisation:
             return
         from ..flops import TraceMode  # here: nothing of it on the path to the first step
 
-        mode = TraceMode()
+        mode = TraceMode(fingerprints=self.run.topology.dims.tp > 1)
         with _eager(), mode:
             yield
         began = time.perf_counter()
@@ -62,8 +62,12 @@ class Utilisation:
     def _finish(self, trace, samples: int) -> None:
         run = self.run
         peak, source, reason = device_peak(run)
-        mine = torch.tensor([float(trace.model_flops), float(trace.recompute_flops), float(samples),
-                             float(peak or 0.0), 0.0 if peak else 1.0], dtype=torch.float64)
+        replicated = replicated_flops(run, trace)
+        model = trace.model_flops - replicated.get("forward", 0.0) - replicated.get("backward", 0.0)
+        mine = torch.tensor([float(model), float(trace.recompute_flops - replicated.get("recompute", 0.0)),
+                             float(samples),
+                             float(peak or 0.0), 0.0 if peak else 1.0, float(len(trace.uncounted))],
+                            dtype=torch.float64)
         total = run.sum(mine).tolist()
         # Tensor-parallel peers and a pipeline's stages read the same samples: a step's samples
         # are each data-parallel shard's once.
@@ -74,6 +78,8 @@ class Utilisation:
             self.peak, self.peak_source, self.note = total[3], source, ""
         else:
             self.note = reason or "no peak known for some of the devices"
+        if total[5]:
+            self.note = "; ".join(filter(None, [partial_note(trace.uncounted), self.note]))
 
     def fields(self, samples_per_second: Optional[float]) -> dict:
         """Achieved TFLOP/s and MFU at this rate of samples (the whole job's)."""
@@ -96,6 +102,43 @@ class Utilisation:
         if self.note:
             out["mfu_note"] = self.note
         return out
+
+
+def replicated_flops(run, trace) -> dict:
+    """{phase: FLOPs} this process counted for operators that every one of its tensor-parallel
+    peers computed alike (the same inputs: a layer the plan leaves whole, such as an output
+    head, run on the same activations by each), less this process's 1/tp share of them: what
+    to take away so that, summed over the peers, the model's work counts once. Collective."""
+    tp = run.topology.dims.tp
+    if tp == 1:
+        return {}
+    from ..parallel.dims import MESH_DIMS, TP
+
+    mine = torch.stack([fp for _phase, _flops, fp in trace.pieces]).to(run.device) if trace.pieces else \
+        torch.zeros(0, dtype=torch.float64, device=run.device)
+    counts = [int(n) for n in run.gather(torch.tensor([len(trace.pieces)], device=run.device)).tolist()]
+    everyone = run.gather(mine).cpu()
+    starts = [sum(counts[:r]) for r in range(len(counts))]
+    where = run.topology.dims.coordinates
+    peers = [r for r in range(run.world_size) if r != run.rank
+             and all(where(r)[name] == where(run.rank)[name] for name in MESH_DIMS if name != TP)]
+    if any(counts[r] != len(trace.pieces) for r in peers):
+        return {}  # not the same operators: nothing to compare
+    same = torch.ones(len(trace.pieces), dtype=torch.bool)
+    for r in peers:
+        same &= everyone[starts[r]:starts[r] + counts[r]] == mine.cpu()
+    removed: dict = {}
+    for (phase_, flops, _fp), alike in zip(trace.pieces, same.tolist()):
+        if alike:
+            removed[phase_] = removed.get(phase_, 0.0) + flops * (1 - 1 / tp)
+    return removed
+
+
+def partial_note(uncounted: dict) -> str:
+    """Why MFU is partial: the operators whose FLOP formula failed (counted as 0), as this
+    process saw them."""
+    named = "; ".join(f"{op}: {why}" for op, why in sorted(uncounted.items())) or "on another process"
+    return f"MFU is partial: the FLOPs of some operators could not be counted and count as 0 ({named[:300]})"
 
 
 @contextlib.contextmanager
@@ -126,9 +169,21 @@ def device_peak(run) -> tuple[Optional[float], str, str]:
             return None, "", f"the {profile.name} profile has no {dtype} peak"
         return peak, f"{profile.name} profile, {dtype} dense peak per GPU", ""
     if device.type == "cpu":
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-        return cpu_matmul_peak(dtype), f"a {str(dtype).replace('torch.', '')} matrix multiply timed in every process", ""
+        peak, dtypes = cpu_peak(precision)
+        which = f"the faster of a {' and a '.join(dtypes)}" if len(dtypes) > 1 else f"a {dtypes[0]}"
+        return peak, f"{which} matrix multiply, timed in every process", ""
     return None, "", f"no peak is known for {device.type} devices"
+
+
+def cpu_peak(precision: str) -> tuple[float, list[str]]:
+    """(this process's peak FLOP/s for a run in `precision`, the dtypes timed): the fastest
+    matrix multiply among those the run computes in. Under bf16 or fp16 autocast a CPU still
+    does work in float32 (what autocast leaves, and, on CPUs without half-precision units,
+    the half-precision products themselves, converted), so the float32 rate is timed too:
+    a peak below what the run does would make MFU exceed 100%."""
+    dtypes = [torch.float32] + [d for d in ({"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision),) if d]
+    rates = {str(d).replace("torch.", ""): cpu_matmul_peak(d) for d in dtypes}
+    return max(rates.values()), list(rates)
 
 
 def cpu_matmul_peak(dtype=torch.float32, seconds: float = CPU_PEAK_SECONDS) -> float:

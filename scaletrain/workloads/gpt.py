@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.lm_loss import cross_entropy
 from ..parallel.cp_attention import token_positions
 from .text import CONTEXT
 
@@ -77,6 +78,7 @@ def byte_gpt(width: int = 96, layers: int = 3, heads: int = 4, context: int = CO
 
 def lm_loss(output, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over every position (logits (B, T, V), or a model output holding them as
-    `.logits`, as a Hugging Face causal LM returns; targets (B, T))."""
+    `.logits`, as a Hugging Face causal LM returns; targets (B, T)): a chunk of tokens at a
+    time in a training step whose `chunked_loss` is on (data/lm_loss.py)."""
     logits = getattr(output, "logits", output)
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device))
+    return cross_entropy(logits, targets.to(logits.device))

@@ -84,6 +84,8 @@ def pytest_runtest_logreport(report):
         results.checks.append(Check(group, name, seen["result"], seen["line"] or "passed", round(seen["seconds"], 1),
                                     seen["figures"]))
         del _PHASES[report.nodeid]
+        if results.ran():  # after every check: a run stopped by a deadline still leaves its results
+            results.write(results_folder())
 
 
 def _results() -> Results:

@@ -6,10 +6,12 @@ Adding a parallelism's costs is adding its module here and its line below."""
 
 from . import (  # noqa: F401 - imported to register their cost terms
     activation_checkpointing,
+    chunked_loss,
     compile,
     context_parallel,
     data_parallel,
     float8,
+    fused_norms,
     local_devices,
     pipeline,
     tensor_parallel,
