@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-#: Logits per chunk of scaletrain's chunked cross-entropy (data/lm_loss.py's CHUNK_ELEMENTS:
-#: 512 tokens of a 128k vocabulary).
-CHUNK_ELEMENTS = 2 ** 26
+# Logits per chunk of scaletrain's chunked cross-entropy: the loss's own constant, so that the
+# plan costs the chunks the run really makes.
+from ...data.lm_loss import CHUNK_ELEMENTS
 
 #: Bytes moved per logits element beyond the fused kernel traced, and kernels per chunk, by phase.
 CHUNKED_FORWARD_BYTES, CHUNKED_FORWARD_KERNELS = 10.0 - 4.0, 4
