@@ -13,6 +13,7 @@ from ..memory.steady import STEADY_MEMORY_VAR
 from ..process import netif
 from ..process.netif import IFNAME_VARS, Choice
 from .base import Job
+from .host_check import check_hosts
 from .launch_plan import ERROR_DIR_VAR, TERMINAL_VAR, Command, Plan, rank_argv
 from .parent_watch import LAUNCHER_VAR
 from .ports import free_port
@@ -103,6 +104,9 @@ class MpirunLauncher:
             warn_if_oversubscribed(req)
         if netif.is_local_address(req.master_addr):
             check_port_free(req, req.master_addr, req.master_port)
+        # Last: each other host answers and runs scaletrain (a few seconds, where the rest is instant).
+        check_hosts([h for h, _ in req.hosts], req.python, req.environ, req.launcher_args,
+                    f"--hostfile {req.hostfile}" if req.hostfile else "--hosts")
 
     def execute(self, plan: Plan, job: Job) -> int:
         (command,) = plan.commands

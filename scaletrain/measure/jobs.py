@@ -4,6 +4,8 @@ which launcher does it."""
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -40,6 +42,7 @@ class Hosts:
 
 def hosts_from_args(args) -> Optional[Hosts]:
     """The --hosts / --hostfile of a measuring command, or None (everything on this machine)."""
+    from ..launchers.host_check import check_hosts
     from ..launchers.request import parse_hosts, read_hostfile
 
     if getattr(args, "hosts", None) and getattr(args, "hostfile", None):
@@ -56,6 +59,8 @@ def hosts_from_args(args) -> Optional[Hosts]:
     if len(hosts.hosts) < 2:
         raise UsageError(f"{hosts.flag} lists one host; list two or more (this one first), e.g. a:1,b:1")
     hosts.slots  # noqa: B018 (raises the one line when the hosts' slots differ)
+    # Before anything is measured: each other host answers and runs scaletrain (else one line).
+    check_hosts([h for h, _ in hosts.hosts], sys.executable, os.environ, (), hosts.flag)
     return hosts
 
 

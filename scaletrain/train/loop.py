@@ -15,7 +15,7 @@ from ..api import init
 from ..data.batches import batch_size_of
 from ..foundation.errors import UsageError, arg
 from ..foundation.text_values import AUTO
-from ..memory.allocator import described as described_allocator
+from ..memory.allocator import described as described_allocator, described_reason as allocator_reason
 from ..parallel.meta_init import uninitialisable
 from ..process.startup_time import command_age
 from ..process.startup_timeline import mark
@@ -197,6 +197,7 @@ class Trainer:
             **self.utilisation.summary(rate),
             "startup_seconds": self.startup_seconds,
             "allocator": described_allocator(),  # the CPU memory allocator the processes ran with
+            "allocator_reason": allocator_reason(),  # and why
             # From the user's command, like the start-up time (this process's own time otherwise).
             "wall_seconds": command_age(run.env) or time.perf_counter() - self.started,
             "torch_version": torch.__version__,
