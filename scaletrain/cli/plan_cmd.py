@@ -25,7 +25,7 @@ from .measure_options import (add_min_seconds_argument, add_model_arguments, add
                               add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies, training_of)
 from .parsing import positive_int
-from .perf_options import add_process_memory_arguments, apply_process_memory
+from .perf_options import add_process_memory_arguments, apply_process_memory, process_memory_flags
 
 NAME = "plan"
 DEFAULT_WORLD_SIZES = "1,2,8,16,64"
@@ -103,7 +103,7 @@ def request_of(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from ..plan import make_plan
-    from ..plan.report import show_choice, show_plan
+    from ..plan.report import show_choice, show_plan, train_command
 
     if args.hardware:  # a GPU cluster from a hardware profile, nothing measured
         from .plan_cluster import cluster_request, show_cluster
@@ -118,10 +118,13 @@ def run(args: argparse.Namespace) -> int:
                                                                  flush=True))
     plan = make_plan(request, say)
     document = plan.as_dict()
+    command = train_command(plan, request.training, [*process_memory_flags(args), *_where_flags(args)])
+    if command:
+        document["train_command"] = command
     if args.json:
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     elif plan.choice is not None:
-        show_choice(plan, args.steady_memory)
+        show_choice(plan, command)
     else:
         show_plan(plan)
     if args.out is not None:
@@ -133,6 +136,14 @@ def run(args: argparse.Namespace) -> int:
               "round(s); the predictions above come from those", file=sys.stderr)
         return plan.measured.stopped.status
     return 0 if plan.choice is None or plan.choice.chosen else 1
+
+
+def _where_flags(args: argparse.Namespace) -> list[str]:
+    """Where the plan measured, as `scaletrain train` flags (the machines, the device, the backend)."""
+    given = [("--hosts", args.hosts), ("--hostfile", args.hostfile),
+             ("--device", None if args.device == AUTO else args.device),
+             ("--backend", None if args.backend == AUTO else args.backend)]
+    return [word for flag, value in given if value for word in (flag, str(value))]
 
 
 def run_rank(args: argparse.Namespace) -> int:
