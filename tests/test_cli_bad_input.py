@@ -94,6 +94,7 @@ CASES = [
     ("checkpoint-every-zero", ["--checkpoint-every", "0"], {}, "must be at least 1"),
     ("checkpoint-every-text", ["--checkpoint-every", "often"], {}, "expected a whole number"),
     ("keep-checkpoints-zero", ["--keep-checkpoints", "0"], {}, "must be at least 1"),
+    ("checkpoint-async-alone", ["--checkpoint-async"], {}, "without --checkpoint-every there are none"),
     ("resume-empty", ["--resume", " "], {}, "expected auto or a checkpoint path"),
     ("resume-missing-path", ["--resume", "/no/such/checkpoint"], {}, "no such file or folder"),
     ("resume-no-checkpoint", ["--resume", _empty_folder], {}, "no complete checkpoint"),
@@ -193,3 +194,20 @@ def test_a_mistake_two_ranks_find_is_one_line_and_leaves_no_folder(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "its training split is empty" in lines[0], result.stderr
     assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_a_resume_refused_for_its_batch_names_each_fix_once():
+    """A batch per process that keeps neither the batch per process nor the global batch: the
+    value that keeps both is suggested once, not twice; another sequence length is named as such."""
+    from scaletrain.checkpoint.compat import compare as marked
+    from scaletrain.foundation.errors import as_library
+
+    def compare(saved, now, where):
+        refusal, notes = marked(saved, now, where)
+        return as_library(refusal) if refusal else None, notes
+
+    saved = {"batch_size": 32, "data_parallel_size": 2, "grad_accum": 1}
+    refusal, _ = compare(saved, {**saved, "batch_size": 16}, "ckpt")
+    assert refusal.count("batch_size=32") == 2 and "(the same per process and global batch)" in refusal, refusal
+    refusal, _ = compare({**saved, "seq_len": 64}, {**saved, "batch_size": 64, "seq_len": 32}, "ckpt")
+    assert "seq_len=64" in refusal and "batch_size" not in refusal, refusal

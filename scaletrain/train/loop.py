@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..api import init
+from ..checkpoint.compat import resume_facts
 from ..data.batches import batch_size_of
 from ..foundation.errors import UsageError, arg
 from ..foundation.text_values import AUTO
@@ -76,7 +77,8 @@ class Trainer:
         self._announce()
         self.checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints,
                                               config.resume, self.reporter.say, config.checkpoint_layout,
-                                              notes_shown=resume_checked, asynchronous=config.checkpoint_async)
+                                              notes_shown=resume_checked, asynchronous=config.checkpoint_async,
+                                              facts=resume_facts(workload))
         self.start = self.checkpoints.resume(self.model, self.optimizer, self.loader, self.epochs)
         self.finite = self.checkpoints.finite = NonFiniteGuard(run, self.model, config.log_every_steps,
                                                                config.allow_nonfinite, self.lr, run.steps_taken,

@@ -50,7 +50,7 @@ class Workload:
             raise UsageError(f"{arg('cp', cp)} splits sequences, but {self.name} has none ({self.task}); use a language "
                              f"model ({arg('workload', 'stdlib-gpt')}, --model-config) or drop {arg('cp')}")
         if self.seq_len is not None:
-            check_length(self.seq_len, cp)
+            check_length(self.seq_len, cp, seq_len_flag=True)
 
 
 BUILTIN: dict[str, Workload] = {w.name: w for w in (
