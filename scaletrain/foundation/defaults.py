@@ -88,3 +88,11 @@ BENCH_MEASURE_S = 1.5
 #: still wider, it says it cannot tell rather than name a best configuration.
 PLAN_BUDGET_S = 180.0
 PLAN_MAX_ERROR = 0.5
+
+#: The configuration every run writes into its folder (`scaletrain train --config` reads it back;
+#: `scaletrain report` takes an unfinished run's strategy and processes from it).
+CONFIG_FILE = "config.yaml"
+
+#: How the process groups of scaletrain's own background threads (the checkpoint writer) are
+#: described to torch (`group_desc`): a hang's report tells their collectives from training's.
+BACKGROUND_GROUP = "scaletrain background"
