@@ -184,6 +184,23 @@ def test_bad_input_from_the_real_command(args, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_sequences_of_different_lengths_are_checked_before_training_and_evaluated_one_by_one(tmp_path):
+    """A user's unpadded sequences: batches of them cannot be stacked — refused before training;
+    one at a time they train, and the held-out set is evaluated one by one too (it failed at the
+    first evaluation, after the epoch's training, batched by --eval-batch-size)."""
+    data = ["--model", "tests.workers.diverging:pooled", "--dataset", "tests.workers.diverging:ragged_sequences",
+            "--nproc-per-node", "1", "--epochs", "1"]
+    refused = scaletrain("train", *data, "--batch-size", "4", "--out", str(tmp_path / "batched"), timeout=120)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "training samples differ in shape (sample 0 holds (3,), sample 1 holds (4,))" in lines[0], lines[0]
+    assert "--batch-size 1" in lines[0] and not (tmp_path / "batched").exists()
+    done = scaletrain("train", *data, "--batch-size", "1", "--out", str(tmp_path / "one"), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "evaluated one at a time, not in batches of 256" in done.stdout + done.stderr
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["eval_samples"] == 16
+
+
 def test_a_mistake_two_ranks_find_is_one_line_and_leaves_no_folder(tmp_path):
     """The ranks build the data (the command only checks that its factory imports): both find
     the empty training split; the line is shown once, and the folder the run made is gone."""
