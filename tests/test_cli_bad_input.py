@@ -198,6 +198,12 @@ def test_sequences_of_different_lengths_are_checked_before_training_and_evaluate
     done = scaletrain("train", *data, "--batch-size", "1", "--out", str(tmp_path / "one"), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "evaluated one at a time, not in batches of 256" in done.stdout + done.stderr
+    # The run's first line names what trains: the user's model on the user's data (not "digits-cnn (model …)").
+    first = next(line for line in done.stdout.splitlines() if line.startswith("scaletrain: single on"))
+    assert "; model tests.workers.diverging:pooled on dataset tests.workers.diverging:ragged_sequences (" in first, first
+    from scaletrain.workloads import get_workload
+
+    assert get_workload("digits-cnn", "m:f").name == "model m:f on digits-cnn's data"
     assert json.loads((tmp_path / "one" / "summary.json").read_text())["eval_samples"] == 16
 
 
