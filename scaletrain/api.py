@@ -30,7 +30,7 @@ import torch
 from .checkpoint.background import BackgroundSaves
 from .fault.hang_evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
-from .foundation.defaults import HANG_TIMEOUT_S
+from .foundation.defaults import hang_timeout_s
 from .foundation.errors import UsageError, arg
 from .memory.meter import MemoryMeter
 from .memory.steady import make_steady, wanted
@@ -52,9 +52,10 @@ def seed_everything(seed: int) -> None:
 
 
 def _timeout(value: Optional[float | timedelta]) -> timedelta:
-    """A number of seconds, a timedelta, or None (the default)."""
+    """A number of seconds, a timedelta, or None (the default: the measurement's that started
+    this process, where one did — HANG_TIMEOUT_VAR — else HANG_TIMEOUT_S)."""
     if value is None:
-        return timedelta(seconds=HANG_TIMEOUT_S)
+        return timedelta(seconds=hang_timeout_s())
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):

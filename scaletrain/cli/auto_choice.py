@@ -4,14 +4,32 @@ The ranks and the run's config.yaml get the chosen strategy and degrees, never "
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import replace
 
+from ..foundation.defaults import HANG_TIMEOUT_VAR
 from ..foundation.errors import UsageError
 from ..foundation.text_values import AUTO
 from ..train.config import TrainConfig
 
 #: A choice's measurement: short, since the decision is a small part of a run.
 PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "rounds": 2, "budget_s": 60.0, "max_error": 0.5}
+
+
+@contextlib.contextmanager
+def measurement_timeout(seconds: float):
+    """The run's --timeout for every process of its measurement (they inherit HANG_TIMEOUT_VAR):
+    a measuring rank that stops or hangs is named and the job ends, as in training."""
+    before = os.environ.get(HANG_TIMEOUT_VAR)
+    os.environ[HANG_TIMEOUT_VAR] = f"{seconds:g}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(HANG_TIMEOUT_VAR, None)
+        else:
+            os.environ[HANG_TIMEOUT_VAR] = before
 
 
 def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
@@ -44,7 +62,8 @@ def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
                           Candidates(options=dict(config.strategy_options), choose=world),
                           Measuring(**given, **PROBE, max_other_load=config.max_other_load, hosts=hosts, cached=True,
                                     subject="--strategy auto's measurement"))
-    choice = make_plan(request, say=lambda text: print(text, flush=True)).choice
+    with measurement_timeout(config.timeout_seconds):
+        choice = make_plan(request, say=lambda text: print(text, flush=True)).choice
     if choice.chosen is None:
         raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "
                          "--batch-size")

@@ -96,3 +96,18 @@ CONFIG_FILE = "config.yaml"
 #: How the process groups of scaletrain's own background threads (the checkpoint writer) are
 #: described to torch (`group_desc`): a hang's report tells their collectives from training's.
 BACKGROUND_GROUP = "scaletrain background"
+
+#: The hang timeout (seconds) of the processes of a measurement (`train --strategy auto`'s jobs):
+#: `scaletrain.init` takes it where no `timeout` is given, and their launcher bounds start-up by it.
+HANG_TIMEOUT_VAR = "SCALETRAIN_HANG_TIMEOUT"
+
+
+def hang_timeout_s(environ=None) -> float:
+    """HANG_TIMEOUT_VAR's seconds where it holds a positive number, else HANG_TIMEOUT_S."""
+    import os
+
+    try:
+        seconds = float((os.environ if environ is None else environ).get(HANG_TIMEOUT_VAR, ""))
+    except ValueError:
+        return HANG_TIMEOUT_S
+    return seconds if seconds > 0 else HANG_TIMEOUT_S

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from ..foundation.defaults import MASTER_ADDR, MASTER_PORT
+from ..foundation.defaults import HANG_TIMEOUT_VAR, MASTER_ADDR, MASTER_PORT
 from ..foundation.errors import UsageError
 from ..memory.allocator import ALLOCATOR_VARS
 from ..memory.steady import STEADY_MEMORY_VAR
@@ -89,7 +89,7 @@ class MpirunLauncher:
         argv += ["-x", f"MASTER_ADDR={req.master_addr}", "-x", f"MASTER_PORT={req.master_port}", "-x", ERROR_DIR_VAR,
                  "-x", LAUNCHER_VAR, "-x", TERMINAL_VAR]
         # Variables the ranks need from this shell; each host's interface is chosen on that host.
-        for var in ("PYTHONPATH", STEADY_MEMORY_VAR, *ALLOCATOR_VARS, *IFNAME_VARS):
+        for var in ("PYTHONPATH", STEADY_MEMORY_VAR, HANG_TIMEOUT_VAR, *ALLOCATOR_VARS, *IFNAME_VARS):
             if req.environ.get(var):
                 argv += ["-x", var]
         argv += [*req.launcher_args, *rank_argv(req.target, req.timeout, req.python)]
