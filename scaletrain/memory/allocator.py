@@ -84,8 +84,13 @@ REASON_VAR = "SCALETRAIN_ALLOCATOR_REASON"
 #: large model's tensors are that large, and those lines say nothing wrong.
 _TCMALLOC_QUIET = {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 50)}
 
+#: mimalloc's settings where the user has not set them (MIMALLOC_* variables): memory freed is
+#: given back to the system at once (mimalloc's own default waits 1 s), so that what FSDP
+#: gathers and frees every step is not held beside the next gather (docs/memory.md measures it).
+MIMALLOC_OPTIONS = {"MIMALLOC_PURGE_DELAY": "0"}
+
 #: Every variable the choice sets: what a launcher must pass to processes on other machines.
-ALLOCATOR_VARS = ("LD_PRELOAD", ALLOCATOR_VAR, REASON_VAR, *_TCMALLOC_QUIET)
+ALLOCATOR_VARS = ("LD_PRELOAD", ALLOCATOR_VAR, REASON_VAR, *_TCMALLOC_QUIET, *MIMALLOC_OPTIONS)
 
 
 def _site_dirs() -> list[str]:
@@ -182,6 +187,8 @@ def environment(name: str, environ: Mapping[str, str] = os.environ,
     found = {"LD_PRELOAD": preload, ALLOCATOR_VAR: name, REASON_VAR: why}
     if name == "tcmalloc":
         found.update({k: environ.get(k, v) for k, v in _TCMALLOC_QUIET.items()})
+    if name == "mimalloc":
+        found.update({k: environ.get(k, v) for k, v in MIMALLOC_OPTIONS.items()})
     return found
 
 
