@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from tests.faults import scaletrain_argv
 from tests.helpers import scaletrain, test_env
 
 
@@ -205,3 +206,28 @@ def test_ctrl_c_while_auto_measures_speaks_of_auto(tmp_path):
     assert "plan" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert "--strategy auto's measurement stopped by SIGINT" in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(180)
+def test_a_measuring_rank_that_stops_is_named_within_the_timeout(tmp_path):
+    """A rank of auto's measurement stopped (SIGSTOP): the measurement jobs run under the run's
+    --timeout like its training, so the job ends naming it (there was no word for 150 s and more)."""
+    import signal
+    import time
+
+    from tests.faults import Background, cmdline, wait_for
+    from tests.conftest import _descendants
+
+    argv = ["train", "--strategy", "auto", "--workload", "digits-mlp", "--nproc-per-node", "2", "--timeout", "10s",
+            "--out", str(tmp_path / "run")]
+    with Background(scaletrain_argv(*argv), env=test_env(XDG_CACHE_HOME=str(tmp_path / "cache"))) as job:
+        def probe_ranks():  # a probe job of two processes (each started for it, not a warm interpreter)
+            ranks = sorted(p for p in _descendants(job.proc.pid) if "scaletrain.plan.probe_rank" in cmdline(p))
+            return ranks if len(ranks) == 2 else None
+        victim = wait_for(probe_ranks, 120, "a probe job of two processes", job.proc)[1]
+        time.sleep(0.5)  # into its measurement
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        status, _out, err = job.finish(timeout=90)
+    assert status != 0 and time.monotonic() - stopped < 10 + 40, err[-3000:]
+    assert "stopped responding" in err and "Traceback" not in err, err[-3000:]
