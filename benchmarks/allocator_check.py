@@ -5,7 +5,7 @@ glibc's with its mmap threshold fixed (`--steady-memory`), tcmalloc, jemalloc an
 
     python benchmarks/allocator_check.py [--reps 3] [--lock /tmp/scaletrain-cpu.lock] [--out table.md]
     python benchmarks/allocator_check.py --groups "mlp134/fsdp ×2,mlp134/single" \
-        --variants "glibc,mimalloc,mimalloc, purge 1 s"      # mimalloc's options against its default's
+        --variants "glibc,mimalloc,mimalloc (purge 1 s)"      # mimalloc's options against its default's
 
 By default the groups are the built-in workloads under ddp × 2 and the 134 MB MLP (batch 16) under
 fsdp × 2 and on one process (`--groups all`: every workload under single, ddp × 2 and fsdp × 2);
@@ -57,14 +57,14 @@ DEFAULT_GROUPS = [*(f"{w}/ddp ×2" for w in WORKLOADS if w != "mlp134"), "mlp134
 #: name -> (flags, environment).
 VARIANTS = {
     "glibc": (["--allocator", "glibc"], {}),
-    "glibc, steady memory": (["--allocator", "glibc", "--steady-memory"], {}),
+    "glibc (steady memory)": (["--allocator", "glibc", "--steady-memory"], {}),
     "tcmalloc": (["--allocator", "tcmalloc"], {}),
     "jemalloc": (["--allocator", "jemalloc"], {}),
     "mimalloc": (["--allocator", "mimalloc"], {}),
     # mimalloc's own default: freed memory returned after 1 s (scaletrain's: at once).
-    "mimalloc, purge 1 s": (["--allocator", "mimalloc"], {"MIMALLOC_PURGE_DELAY": "1000"}),
-    "mimalloc, purge 10 ms": (["--allocator", "mimalloc"], {"MIMALLOC_PURGE_DELAY": "10"}),
-    "mimalloc, purge 100 ms": (["--allocator", "mimalloc"], {"MIMALLOC_PURGE_DELAY": "100"}),
+    "mimalloc (purge 1 s)": (["--allocator", "mimalloc"], {"MIMALLOC_PURGE_DELAY": "1000"}),
+    "mimalloc (purge 10 ms)": (["--allocator", "mimalloc"], {"MIMALLOC_PURGE_DELAY": "10"}),
+    "mimalloc (purge 100 ms)": (["--allocator", "mimalloc"], {"MIMALLOC_PURGE_DELAY": "100"}),
 }
 DEFAULT_VARIANTS = ["glibc", "tcmalloc", "mimalloc"]
 
@@ -93,7 +93,7 @@ def measure_group(workload: str, configuration: str, variants: list, reps: int, 
     order = list(variants)
     for rep in range(reps):
         for variant in (order if rep % 2 == 0 else order[::-1]):
-            out = folder / f"{workload}-{configuration.replace(' ', '')}-{variant.replace(', ', '-')}-{rep}"
+            out = folder / f"{workload}-{configuration.replace(' ', '')}-{variant.replace(' ', '').replace('(', '-').replace(')', '')}-{rep}"
             runs[variant].append(run_once(workload, configuration, variant, out, timeout))
     return runs
 

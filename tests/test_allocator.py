@@ -134,3 +134,17 @@ def test_every_process_runs_the_allocator_asked_for_and_the_summary_says_which(t
                       "--allocator", "glibc", "--out", str(plain), timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads((plain / "summary.json").read_text())["allocator"] == "glibc"
+
+
+def test_the_commands_said_to_choose_it_are_those_that_take_allocator(capsys):
+    """The module's docstring once named `comm`, which has no --allocator."""
+    import re
+
+    from scaletrain.cli.allocator_choice import COMMANDS
+
+    said = re.search(r"processes \(([a-z, ]+)\) put it", " ".join(allocator.__doc__.split())).group(1)
+    assert set(said.split(", ")) == set(COMMANDS)
+    for command in COMMANDS:
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "--allocator" in capsys.readouterr().out, command
