@@ -32,6 +32,7 @@ from .fault.hang_evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
 from .foundation.defaults import hang_timeout_s
 from .foundation.errors import UsageError, arg
+from .memory.allocator import return_freed_at_once
 from .memory.meter import MemoryMeter
 from .memory.steady import make_steady, wanted
 from .process import process_group
@@ -108,6 +109,8 @@ def init(strategy: Optional[str | Strategy] = None, *, backend: Optional[str] = 
     ctx = ProcessContext(env, dev, chosen_backend, n_threads)
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
     topology = strat.topology(ctx)
+    if topology.shards_state and ctx.device.type == "cpu":
+        return_freed_at_once()  # FSDP's gathered blocks, freed, are not held beside the next (memory/allocator.py)
     enable_flight_recorder()  # torch records the group's collectives, for a hang's evidence
     owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
     dumps = Path(dump_dir) if dump_dir is not None else Path(tracker_dir) if tracker_dir is not None else Path("runs")

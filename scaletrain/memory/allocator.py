@@ -84,13 +84,18 @@ REASON_VAR = "SCALETRAIN_ALLOCATOR_REASON"
 #: large model's tensors are that large, and those lines say nothing wrong.
 _TCMALLOC_QUIET = {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 50)}
 
-#: mimalloc's settings where the user has not set them (MIMALLOC_* variables): memory freed is
-#: given back to the system at once (mimalloc's own default waits 1 s), so that what FSDP
-#: gathers and frees every step is not held beside the next gather (docs/memory.md measures it).
-MIMALLOC_OPTIONS = {"MIMALLOC_PURGE_DELAY": "0"}
-
 #: Every variable the choice sets: what a launcher must pass to processes on other machines.
-ALLOCATOR_VARS = ("LD_PRELOAD", ALLOCATOR_VAR, REASON_VAR, *_TCMALLOC_QUIET, *MIMALLOC_OPTIONS)
+ALLOCATOR_VARS = ("LD_PRELOAD", ALLOCATOR_VAR, REASON_VAR, *_TCMALLOC_QUIET)
+
+#: mimalloc gives memory freed back to the system this many milliseconds later (its
+#: `mi_option_purge_delay`, number 15 of `mi_option_t` in mimalloc 2 and 3; 1,000 ms by default
+#: in mimalloc 3): a process that frees and allocates the same tensors every step reuses them
+#: meanwhile, at no cost. A run whose model state is sharded (FSDP) sets it to 0 at start
+#: (`return_freed_at_once`): FSDP gathers whole blocks and frees them twice a step, and a freed
+#: block held beside the next gathered one is what raises its peak (docs/memory.md measures
+#: both). MIMALLOC_PURGE_DELAY in the environment, the user's, is left as it is.
+_MI_OPTION_PURGE_DELAY = 15
+PURGE_DELAY_VAR = "MIMALLOC_PURGE_DELAY"
 
 
 def _site_dirs() -> list[str]:
@@ -187,8 +192,6 @@ def environment(name: str, environ: Mapping[str, str] = os.environ,
     found = {"LD_PRELOAD": preload, ALLOCATOR_VAR: name, REASON_VAR: why}
     if name == "tcmalloc":
         found.update({k: environ.get(k, v) for k, v in _TCMALLOC_QUIET.items()})
-    if name == "mimalloc":
-        found.update({k: environ.get(k, v) for k, v in MIMALLOC_OPTIONS.items()})
     return found
 
 
@@ -236,11 +239,40 @@ def release_free_memory() -> None:
         libc.malloc_trim(ctypes.c_size_t(0))
 
 
+def purge_delay(milliseconds: Optional[int] = None) -> Optional[int]:
+    """mimalloc's purge delay in this process (set to `milliseconds` when given); None where
+    mimalloc does not run here, or where the user set it (PURGE_DELAY_VAR)."""
+    import ctypes
+
+    if running() != "mimalloc" or PURGE_DELAY_VAR in os.environ:
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        get, put = libc.mi_option_get, libc.mi_option_set
+    except (OSError, AttributeError):
+        return None
+    get.argtypes, get.restype, put.argtypes = (ctypes.c_int,), ctypes.c_long, (ctypes.c_int, ctypes.c_long)
+    before = int(get(_MI_OPTION_PURGE_DELAY))
+    if milliseconds is not None:
+        put(_MI_OPTION_PURGE_DELAY, milliseconds)
+    return before
+
+
+def return_freed_at_once() -> Optional[int]:
+    """Freed memory back to the system at once, from here on (mimalloc; see _MI_OPTION_PURGE_DELAY).
+    Returns the delay before, to restore with purge_delay(); None where it does not apply."""
+    return purge_delay(0)
+
+
 def described(name: Optional[str] = None) -> str:
-    """What summary.json records: the allocator running here, with glibc's tuning when steady."""
+    """What summary.json records: the allocator running here, with glibc's tuning when steady,
+    and mimalloc's purge delay where it is not its own default."""
     from .steady import wanted
 
     name = name or running()
+    if name == "mimalloc":
+        delay = purge_delay()
+        return "mimalloc (freed memory returned at once)" if delay == 0 else name
     return "glibc (steady memory)" if name == "glibc" and wanted(None) else name
 
 
