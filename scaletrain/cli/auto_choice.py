@@ -36,7 +36,7 @@ def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
     """The configuration with the chosen strategy and options in place of auto, and the lines
     that say why (`auto_choice`)."""
     from ..process.devices import choose_device
-    from ..measure.jobs import hosts_from_args
+    from ..measure.jobs import check_answering, hosts_from_args
     from ..plan import Candidates, Measuring, PlanRequest, Training, default_machine, make_plan
 
     launch = config.launch
@@ -51,6 +51,7 @@ def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
         raise UsageError(f"--strategy auto with --nnodes {launch.nnodes}: each node would choose on its own; give the "
                          "machines with --hosts A:N,B:N (mpirun, one choice measured across them), or choose once with "
                          "`scaletrain plan --choose --hosts …` and pass its strategy and degrees to every node")
+    check_answering(hosts)  # before anything is measured across them
     world = hosts.world_size if hosts is not None else nproc
     device = choose_device(config.device, 0)
     given = {name: None if getattr(config, name) == AUTO else getattr(config, name) for name in ("device", "backend")}

@@ -102,6 +102,7 @@ def request_of(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..measure.jobs import check_answering
     from ..plan import make_plan
     from ..plan.report import show_choice, show_plan, train_command
 
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     apply_process_memory(args)  # the probe jobs run with the allocator (and --steady-memory) asked for
     request = request_of(args)
     check_out_file(args.out)
+    check_answering(request.measuring.hosts)  # before anything is measured: the other hosts answer
     quiet = args.json and request.candidates.choose is not None
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr if args.json else sys.stdout,
                                                                  flush=True))

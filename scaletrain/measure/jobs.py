@@ -42,7 +42,6 @@ class Hosts:
 
 def hosts_from_args(args) -> Optional[Hosts]:
     """The --hosts / --hostfile of a measuring command, or None (everything on this machine)."""
-    from ..launchers.host_check import check_hosts
     from ..launchers.request import parse_hosts, read_hostfile
 
     if getattr(args, "hosts", None) and getattr(args, "hostfile", None):
@@ -59,9 +58,16 @@ def hosts_from_args(args) -> Optional[Hosts]:
     if len(hosts.hosts) < 2:
         raise UsageError(f"{hosts.flag} lists one host; list two or more (this one first), e.g. a:1,b:1")
     hosts.slots  # noqa: B018 (raises the one line when the hosts' slots differ)
-    # Before anything is measured: each other host answers and runs scaletrain (else one line).
-    check_hosts([h for h, _ in hosts.hosts], sys.executable, os.environ, (), hosts.flag)
     return hosts
+
+
+def check_answering(hosts: Optional[Hosts]) -> None:
+    """Before anything is measured across them: each other host answers and runs scaletrain
+    (launchers/host_check.py), else one line naming the first that does not."""
+    from ..launchers.host_check import check_hosts
+
+    if hosts is not None:
+        check_hosts([h for h, _ in hosts.hosts], sys.executable, os.environ, (), hosts.flag)
 
 
 def run_job(argv: list[str], nproc: int, hosts: Optional[Hosts] = None, module: str = "scaletrain") -> int:
