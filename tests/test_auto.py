@@ -230,4 +230,8 @@ def test_a_measuring_rank_that_stops_is_named_within_the_timeout(tmp_path):
         stopped = time.monotonic()
         status, _out, err = job.finish(timeout=90)
     assert status != 0 and time.monotonic() - stopped < 10 + 40, err[-3000:]
-    assert "stopped responding" in err and "Traceback" not in err, err[-3000:]
+    # Stopped while joining, or later: either way named, within the run's --timeout.
+    import re
+
+    assert re.search(r"rank \d+ (stopped responding|did not join within 10s)", err), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]

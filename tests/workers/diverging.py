@@ -65,9 +65,20 @@ def pooled() -> nn.Module:
     return _Pooled()
 
 
+class _Listed(torch.utils.data.Dataset):
+    def __init__(self, samples):
+        self.samples = samples
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        return self.samples[index]
+
+
 def ragged_sequences():
     """Sequences of 3 to 9 tokens (not padded), labelled by their first token's parity."""
     generator = torch.Generator().manual_seed(0)
     samples = [(ids, int(ids[0]) % 2) for ids in
                (torch.randint(0, 16, (3 + i % 7,), generator=generator) for i in range(40))]
-    return samples[:24], samples[24:]
+    return _Listed(samples[:24]), _Listed(samples[24:])
