@@ -34,6 +34,11 @@ def test_auto_is_mimalloc_then_tcmalloc_then_glibc(monkeypatch):
     monkeypatch.setattr(allocator, "find", lambda name: None)
     assert allocator.resolve("auto") == "glibc"  # never breaks where none is installed, and says so
     assert "`pip install cmeel-mimalloc` brings mimalloc" in allocator.reason("auto", False, "glibc")
+    # Under `ulimit -d`, which counts what mimalloc maps ahead of use, the next installed one.
+    monkeypatch.setattr(allocator, "find", real)
+    monkeypatch.setattr(allocator, "data_limit", lambda: 480_000_000)
+    assert allocator.resolve("auto") == "tcmalloc" and "ulimit -d" in allocator.reason("auto", False, "tcmalloc")
+    monkeypatch.setattr(allocator, "find", lambda name: None)
     with pytest.raises(UsageError, match=r"allocator='tcmalloc': tcmalloc is not installed here; install it \(.+\) or "
                                          r"choose allocator='auto'"):
         allocator.resolve("tcmalloc")

@@ -199,7 +199,7 @@ def test_sequences_of_different_lengths_are_checked_before_training_and_evaluate
     assert done.returncode == 0, done.stderr[-3000:]
     assert "evaluated one at a time, not in batches of 256" in done.stdout + done.stderr
     # The run's first line names what trains: the user's model on the user's data (not "digits-cnn (model …)").
-    first = next(line for line in done.stdout.splitlines() if line.startswith("scaletrain: single on"))
+    first = next(line for line in done.stdout.splitlines() if " on 1 process(es) × " in line)
     assert "; model tests.workers.diverging:pooled on dataset tests.workers.diverging:ragged_sequences (" in first, first
     from scaletrain.workloads import get_workload
 
