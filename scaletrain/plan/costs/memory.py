@@ -98,7 +98,7 @@ def _churn_share(probe: Probe, config: Optional[ParallelConfig]) -> float:
     backward's tensors, which a pipeline's process makes one micro-batch at a time (their share
     of the probe's batch), half as the rest of the step's, whole. Measured under mimalloc on
     pipeline × 2 (2 micro-batches): with the whole slack the MLP, the GPT and the Llama were
-    predicted 8%, 11–13% and 11–15% high; with the micro-batch's share alone 3–6%, 6% and
+    predicted 8%, 11–13% and 11–15% high; with the micro-batch's share alone 3%, 6% and
     10% low; the halves are between (docs/memory.md)."""
     flight = first(enabled(config), "in_flight") if config is not None else None
     if flight is None or not probe.batch_size:
