@@ -1,4 +1,7 @@
-"""A rank's hang evidence is taken while it trains: reading it must leave training's memory alone."""
+"""A rank's hang evidence is taken while it trains: reading it must leave training's memory alone;
+read back by `scaletrain report`, a record older than the stuck collective is not taken for
+'never entered', the checkpoint writer's collectives are not taken for training's, and a dump
+whose files are damaged or missing is explained without a traceback."""
 
 from __future__ import annotations
 
