@@ -123,6 +123,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--steps", type=int, default=6, help="optimizer steps of each training run (default 6)")
     p.add_argument("--checkpointing", default="none,full", help="activation checkpointing modes (default none,full)")
+    p.add_argument("--strategies", default="", help="only the configurations of these strategies (default: all)")
     p.add_argument("--no-reshard", dest="reshard", action="store_false",
                    help="skip the comparison of fsdp ×2 with reshard_after_forward true and false (on a deep MLP)")
     add_memory_flag_arguments(p)
@@ -140,6 +141,8 @@ def main(argv=None) -> int:
                   f"{probe.footprint.param_bytes / 1e6:,.0f} MB, probe's own peak {probe.memory_peak_bytes / 1e6:,.0f} MB",
                   flush=True)
             for strategy, nproc, options in [*STRATEGIES, MODELS[model]["composition"]]:
+                if args.strategies and strategy not in args.strategies.split(","):
+                    continue
                 for mode in args.checkpointing.split(","):
                     chosen = {**options, **({"activation_checkpointing": mode} if mode != "none" else {})}
                     guess = predicted(probe, strategy, nproc, chosen)

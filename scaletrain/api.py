@@ -30,8 +30,9 @@ import torch
 from .checkpoint.background import BackgroundSaves
 from .fault.hang_evidence import enable_flight_recorder
 from .fault.start import backstop_timeout, start_watchdog
-from .foundation.defaults import HANG_TIMEOUT_S
+from .foundation.defaults import hang_timeout_s
 from .foundation.errors import UsageError, arg
+from .memory.allocator import return_freed_at_once
 from .memory.meter import MemoryMeter
 from .memory.steady import make_steady, wanted
 from .process import process_group
@@ -52,9 +53,10 @@ def seed_everything(seed: int) -> None:
 
 
 def _timeout(value: Optional[float | timedelta]) -> timedelta:
-    """A number of seconds, a timedelta, or None (the default)."""
+    """A number of seconds, a timedelta, or None (the default: the measurement's that started
+    this process, where one did — HANG_TIMEOUT_VAR — else HANG_TIMEOUT_S)."""
     if value is None:
-        return timedelta(seconds=HANG_TIMEOUT_S)
+        return timedelta(seconds=hang_timeout_s())
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -107,6 +109,8 @@ def init(strategy: Optional[str | Strategy] = None, *, backend: Optional[str] = 
     ctx = ProcessContext(env, dev, chosen_backend, n_threads)
     strat.validate(ctx)  # before joining: a doomed run should not make its peers wait
     topology = strat.topology(ctx)
+    if topology.shards_state and ctx.device.type == "cpu":
+        return_freed_at_once()  # FSDP's gathered blocks, freed, are not held beside the next (memory/allocator.py)
     enable_flight_recorder()  # torch records the group's collectives, for a hang's evidence
     owns_group = process_group.init_process_group(env, chosen_backend, dev, backstop_timeout(wait))
     dumps = Path(dump_dir) if dump_dir is not None else Path(tracker_dir) if tracker_dir is not None else Path("runs")

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from tests.faults import scaletrain_argv
 from tests.helpers import scaletrain, test_env
 
 
@@ -36,6 +37,13 @@ def test_auto_chooses_trains_and_remembers(tmp_path):
     doc = json.loads(again.stdout)
     assert doc["chosen"]["strategy"] and doc["considered"] >= 4 and len(doc["candidates"]) >= 4
     assert doc["flags"][:2] == ["--strategy", doc["chosen"]["strategy"]]
+    # The command that trains the choice trains what was planned: plan's default workload is
+    # not train's, so the model, the batch per process and the processes are all given.
+    command = doc["train_command"]
+    assert command[:2] == ["scaletrain", "train"] and command[-len(doc["flags"]):] == doc["flags"]
+    given = dict(zip(command[2::2], command[3::2]))
+    assert given["--workload"] == "digits-mlp" and int(given["--batch-size"]) == summary["batch_size_per_process"]
+    assert int(given["--nproc-per-node"]) == doc["chosen"]["world_size"]
     # One process is a candidate too, and what trained is the fastest predicted: never one
     # predicted slower than one process.
     worlds = {p["world_size"] for p in doc["candidates"]}
@@ -163,6 +171,14 @@ def test_a_choice_may_be_one_process_and_says_why():
     one_process_line = [s for s in choice.lines()[0].split(". ") if s.startswith("One process")]
     ratio = choice.distributed.samples_per_s / choice.chosen.samples_per_s  # below 1: what the line says
     assert len(one_process_line) == 1 and ratio < 1.0 and f"{ratio:.2f}×" in one_process_line[0]
+    # With the strategy given the world size is fixed: a choice slower than one process says
+    # how much faster one process would be, not that it "would do about as well".
+    from scaletrain.plan.constraints import Constraints
+
+    forced = choose([slow_one_thread], 2, 32, options(), Constraints.given({}, ("ddp",)))
+    assert forced.chosen.world_size == 2 and forced.chosen.speedup < 1.0
+    assert "about as well" not in forced.lines()[0]
+    assert f"one process (--nproc-per-node 1) is predicted {1 / forced.chosen.speedup:.1f}× as fast" in forced.lines()[0]
     # One thread nearly as fast as two: two processes win, and the choice is theirs.
     fast_one_thread = replace(probe(), compute={**probe().compute, 1: Compute(0.052, 0.001, 0.042, 0.009, 2)})
     choice = choose([fast_one_thread], 2, 32, options())
@@ -190,3 +206,32 @@ def test_ctrl_c_while_auto_measures_speaks_of_auto(tmp_path):
     assert "plan" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert "--strategy auto's measurement stopped by SIGINT" in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(180)
+def test_a_measuring_rank_that_stops_is_named_within_the_timeout(tmp_path):
+    """A rank of auto's measurement stopped (SIGSTOP): the measurement jobs run under the run's
+    --timeout like its training, so the job ends naming it (there was no word for 150 s and more)."""
+    import signal
+    import time
+
+    from tests.faults import Background, cmdline, wait_for
+    from tests.conftest import _descendants
+
+    argv = ["train", "--strategy", "auto", "--workload", "digits-mlp", "--nproc-per-node", "2", "--timeout", "10s",
+            "--out", str(tmp_path / "run")]
+    with Background(scaletrain_argv(*argv), env=test_env(XDG_CACHE_HOME=str(tmp_path / "cache"))) as job:
+        def probe_ranks():  # a probe job of two processes (each started for it, not a warm interpreter)
+            ranks = sorted(p for p in _descendants(job.proc.pid) if "scaletrain.plan.probe_rank" in cmdline(p))
+            return ranks if len(ranks) == 2 else None
+        victim = wait_for(probe_ranks, 120, "a probe job of two processes", job.proc)[1]
+        time.sleep(0.5)  # into its measurement
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        status, _out, err = job.finish(timeout=90)
+    assert status != 0 and time.monotonic() - stopped < 10 + 40, err[-3000:]
+    # Stopped while joining, or later: either way named, within the run's --timeout.
+    import re
+
+    assert re.search(r"rank \d+ (stopped responding|did not join within 10s)", err), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]

@@ -94,6 +94,7 @@ CASES = [
     ("checkpoint-every-zero", ["--checkpoint-every", "0"], {}, "must be at least 1"),
     ("checkpoint-every-text", ["--checkpoint-every", "often"], {}, "expected a whole number"),
     ("keep-checkpoints-zero", ["--keep-checkpoints", "0"], {}, "must be at least 1"),
+    ("checkpoint-async-alone", ["--checkpoint-async"], {}, "without --checkpoint-every there are none"),
     ("resume-empty", ["--resume", " "], {}, "expected auto or a checkpoint path"),
     ("resume-missing-path", ["--resume", "/no/such/checkpoint"], {}, "no such file or folder"),
     ("resume-no-checkpoint", ["--resume", _empty_folder], {}, "no complete checkpoint"),
@@ -183,6 +184,29 @@ def test_bad_input_from_the_real_command(args, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_sequences_of_different_lengths_are_checked_before_training_and_evaluated_one_by_one(tmp_path):
+    """A user's unpadded sequences: batches of them cannot be stacked — refused before training;
+    one at a time they train, and the held-out set is evaluated one by one too (it failed at the
+    first evaluation, after the epoch's training, batched by --eval-batch-size)."""
+    data = ["--model", "tests.workers.diverging:pooled", "--dataset", "tests.workers.diverging:ragged_sequences",
+            "--nproc-per-node", "1", "--epochs", "1"]
+    refused = scaletrain("train", *data, "--batch-size", "4", "--out", str(tmp_path / "batched"), timeout=120)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "training samples differ in shape (sample 0 holds (3,), sample 1 holds (4,))" in lines[0], lines[0]
+    assert "--batch-size 1" in lines[0] and not (tmp_path / "batched").exists()
+    done = scaletrain("train", *data, "--batch-size", "1", "--out", str(tmp_path / "one"), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "evaluated one at a time, not in batches of 256" in done.stdout + done.stderr
+    # The run's first line names what trains: the user's model on the user's data (not "digits-cnn (model …)").
+    first = next(line for line in done.stdout.splitlines() if " on 1 process(es) × " in line)
+    assert "; model tests.workers.diverging:pooled on dataset tests.workers.diverging:ragged_sequences (" in first, first
+    from scaletrain.workloads import get_workload
+
+    assert get_workload("digits-cnn", "m:f").name == "model m:f on digits-cnn's data"
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["eval_samples"] == 16
+
+
 def test_a_mistake_two_ranks_find_is_one_line_and_leaves_no_folder(tmp_path):
     """The ranks build the data (the command only checks that its factory imports): both find
     the empty training split; the line is shown once, and the folder the run made is gone."""
@@ -193,3 +217,20 @@ def test_a_mistake_two_ranks_find_is_one_line_and_leaves_no_folder(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "its training split is empty" in lines[0], result.stderr
     assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_a_resume_refused_for_its_batch_names_each_fix_once():
+    """A batch per process that keeps neither the batch per process nor the global batch: the
+    value that keeps both is suggested once, not twice; another sequence length is named as such."""
+    from scaletrain.checkpoint.compat import compare as marked
+    from scaletrain.foundation.errors import as_library
+
+    def compare(saved, now, where):
+        refusal, notes = marked(saved, now, where)
+        return as_library(refusal) if refusal else None, notes
+
+    saved = {"batch_size": 32, "data_parallel_size": 2, "grad_accum": 1}
+    refusal, _ = compare(saved, {**saved, "batch_size": 16}, "ckpt")
+    assert refusal.count("batch_size=32") == 2 and "(the same per process and global batch)" in refusal, refusal
+    refusal, _ = compare({**saved, "seq_len": 64}, {**saved, "batch_size": 64, "seq_len": 32}, "ckpt")
+    assert "seq_len=64" in refusal and "batch_size" not in refusal, refusal

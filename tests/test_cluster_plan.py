@@ -261,3 +261,15 @@ def test_hardware_profiles_by_exact_name(tmp_path):
     assert load_profile(str(mine)).name == "mine" and load_profile(str(mine)).peak("bf16") == 312e12
     with pytest.raises(UsageError):
         load_profile("nosuch")
+
+
+def test_a_model_of_no_layers_is_named_as_such(tmp_path, capsys):
+    """Not 'no configuration makes a global batch of 8': the batch was never what was wrong."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 0,
+                                  "num_attention_heads": 4, "vocab_size": 128, "intermediate_size": 128}))
+    code, out, err = _plan(capsys, "h100-sxm-80g", "--model-config", str(config), "--gpus", "8", "--global-batch", "8",
+                           "--seq-len", "1024")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "the model has 0 layers (num_hidden_layers" in lines[0] and "global batch" not in lines[0], lines[0]

@@ -40,10 +40,15 @@ def test_labels_are_shifted_before_the_split():
 
 def test_a_sequence_the_split_cannot_cut_is_refused_in_one_line():
     with pytest.raises(UsageError) as err:
-        check_length(100, 4)
+        check_length(100, 4, seq_len_flag=True)  # a built-in language model's length: --seq-len sets it
     message = str(err.value)
     assert "2 × cp = 8" in message and "100 tokens" in message and "--seq-len 96" in message.replace("seq_len=", "--seq-len ")
     assert "\n" not in message
+    # The data's own sequences (a --dataset): --seq-len does not apply to them, so it is not suggested.
+    with pytest.raises(UsageError) as err:
+        SequenceSplit(100, 0, 4)
+    message = str(err.value)
+    assert "seq_len" not in message and "pad or cut the data's sequences to a multiple of 8 tokens (e.g. 96)" in message
 
 
 def test_strategies_that_cannot_split_sequences_refuse_cp():

@@ -38,8 +38,12 @@ def test_sigstop_one_rank_names_it_and_all_exit(tmp_path, victim_rank):
     errors = [line for line in stderr.splitlines() if line.startswith("scaletrain: error:")]
     assert len(errors) == 1, stderr
     if victim_rank == 1:
-        named = re.search(r"rank (\d+) stopped responding \(pid (\d+), silent for \d+ s, last seen in [a-z -]+\d+", errors[0])
+        named = re.search(r"rank (\d+) stopped responding \(pid (\d+), silent for \d+ s, last seen in [a-z -]+(\d+)",
+                          errors[0])
         assert named and named.group(1) == "1" and int(named.group(2)) == victim, errors[0]
+        # Where it stopped, not where its heartbeat happened to fall: stopped after the checkpoint
+        # of step 5, it is not "last seen in setup after step 0" (its heartbeat follows its steps).
+        assert int(named.group(3)) >= 5 and "setup" not in errors[0], errors[0]
         # The run's folder holds both ranks' evidence, and the line says where.
         assert all((out / "hang-0" / f"rank-{r}-{kind}").is_file() for r in (0, 1)
                    for kind in ("stacks.txt", "collectives.json")), sorted(os.listdir(out))

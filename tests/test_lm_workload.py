@@ -43,8 +43,9 @@ def test_the_language_model_learns_under_each_strategy(tmp_path, strategy, unigr
     """tp: tensor parallel alone leaves the embeddings and norms plain tensors beside its
     DTensors, under the trainer's fused Adam; its peers' output head (outside its plan),
     computed alike by both, counts once."""
+    saves = ["--checkpoint-every", "100000"] if strategy == "ddp" else []  # ddp: one checkpoint, at the end
     done = scaletrain("train", "--workload", "stdlib-gpt", "--strategy", strategy, "--nproc-per-node", "2",
-                      "--out", str(tmp_path / "run"), timeout=300)
+                      *saves, "--out", str(tmp_path / "run"), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert _flops_per_sample(summary) == pytest.approx(one_process_flops, rel=0.005), strategy
@@ -53,6 +54,12 @@ def test_the_language_model_learns_under_each_strategy(tmp_path, strategy, unigr
     assert summary["final_perplexity"] == pytest.approx(math.exp(summary["final_loss"]), rel=1e-6)
     assert summary["eval_samples"] == len(stdlib_text_datasets(0)[1])  # every held-out window once
     assert "held-out perplexity" in done.stdout
+    if saves:  # resumed with another --seq-len: that is what is named, once, not --batch-size
+        refused = scaletrain("train", "--workload", "stdlib-gpt", "--seq-len", "32", "--nproc-per-node", "2",
+                             "--resume", str(tmp_path / "run"), "--out", str(tmp_path / "again"), timeout=120)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-3000:]
+        assert "written with --seq-len 64 but this run has --seq-len 32" in lines[0] and "--batch-size" not in lines[0]
 
 
 def test_context_parallels_flops_are_one_processs(tmp_path, one_process_flops):

@@ -265,6 +265,12 @@ def test_report_skips_a_record_that_is_not_numbers_and_names_its_line(tmp_path, 
     assert err.strip() == f"scaletrain: note: skipped line 2 of {run_dir / 'metrics.jsonl'}: train_loss is 'abc', " \
                           "not a number"
     assert (tmp_path / "report" / "comparison.md").is_file()
+    # A run stopped before its end has no summary.json: its strategy and processes come from
+    # its config.yaml (not '?').
+    (run_dir / "config.yaml").write_text("strategy: fsdp\nnproc_per_node: 2\nnnodes: null\n")
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    row = (tmp_path / "report" / "comparison.md").read_text().splitlines()[2]
+    assert row.split(" | ")[1:3] == ["fsdp", "2 (1 node × 2)"], row
 
 
 def test_under_mpirun_a_log_file_gets_plain_lines_not_the_bar(tmp_path):

@@ -40,7 +40,7 @@ def settle(ckpt, reason: str) -> None:
     if waited >= 0.05:
         ckpt.say(f"scaletrain: note: {reason} waited {waited:.1f} s for the checkpoint of step {step} to finish "
                  "writing (at most one is written at a time)")
-    mine = str(outcome) if isinstance(outcome, BaseException) else None
+    mine = sharded.first_failure(outcome) if isinstance(outcome, BaseException) else None
     reports = object_collectives.gather_to_rank0(mine)
     first = next((r for r in reports if r), None) if reports else None
     problem = object_collectives.broadcast_from_rank0(first)
@@ -66,11 +66,13 @@ def save_sharded(ckpt, step: int, owner, optimizer, small: dict) -> Path:
     with_optimizer = optimizer is not None
 
     def finish() -> Any:
+        from torch.distributed.checkpoint.api import CheckpointException
+
         failure = None
         try:
             (future.upload_completion if hasattr(future, "upload_completion") else future).result()
-        except Exception as exc:  # noqa: BLE001 - DCP reports a rank's failure to every rank
-            failure = sharded.first_failure(exc)
+        except (Exception, CheckpointException) as exc:  # noqa: BLE001 - DCP reports a rank's failure to every rank
+            failure = sharded.first_failure(exc)  # (DCP's CheckpointException is a BaseException)
         files = [] if failure else [f"{layout.SHARDS_DIR}/{name}" for name in sharded.shard_files(shards, rank)]
         mine = {"sums": checksums.checksums(staging, files), "others": others, "bytes": _bytes(staged),
                 "failure": failure}

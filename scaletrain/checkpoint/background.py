@@ -81,8 +81,10 @@ class BackgroundSaves:
         import torch.distributed as dist
 
         if self._group is None and dist.is_initialized() and dist.get_world_size() > 1:
+            from ..foundation.defaults import BACKGROUND_GROUP
+
             kwargs = {"timeout": self.timeout} if self.timeout is not None else {}
-            self._group = dist.new_group(backend="gloo", **kwargs)
+            self._group = dist.new_group(backend="gloo", group_desc=f"{BACKGROUND_GROUP}: checkpoint writer", **kwargs)
         return self._group
 
     def start(self, step: int, work: Callable[[], Any]) -> None:

@@ -59,11 +59,14 @@ class Checkpointer(CheckpointLoading):
     waits for it at its end (`run.close()`); the interpreter too."""
 
     def __init__(self, host: Host, directory: Path, keep: int = DEFAULT_KEEP, layout_name: str = "auto",
-                 asynchronous: bool = False, say: Optional[Callable[[str], None]] = None):
+                 asynchronous: bool = False, say: Optional[Callable[[str], None]] = None,
+                 facts: Optional[dict] = None):
+        """`facts`: what else a resume must agree with (compat.MUST_MATCH), recorded with each save."""
         if layout_name not in LAYOUTS:
             raise CheckpointError(f"checkpoint layout {layout_name!r}: choose one of {', '.join(LAYOUTS)}")
         self.host, self.directory, self.keep, self.layout = host, Path(directory), keep, layout_name
         self.asynchronous = asynchronous
+        self.facts = dict(facts or {})
         self.say = say or (lambda line: host.print(line))
 
     # -- saving -----------------------------------------------------------------------
@@ -110,7 +113,7 @@ class Checkpointer(CheckpointLoading):
 
     def _small_state(self, step, scheduler, loader, extra) -> dict:
         """What rank 0 writes besides the model: progress, facts, schedule, every RNG."""
-        facts = {**self.host.checkpoint_facts(), "step": int(step)}
+        facts = {**self.host.checkpoint_facts(), **self.facts, "step": int(step)}
         if loader is not None:
             facts["batch_size"] = loader.batch_size
         progress = {"step": int(step), "world_size": self.host.ctx.world_size, "facts": facts}
@@ -208,11 +211,15 @@ class Checkpointer(CheckpointLoading):
         if full_disk:
             room = f"; {_mb(free)} free" if free is not None else ""
             return CheckpointError(f"cannot write a checkpoint into {self.directory}: the disk is full (it needs about "
-                                   f"{_mb(needed)}{room}); the previous checkpoint is kept; free some space or write "
+                                   f"{_mb(needed)}{room}); {self._kept()}; free some space or write "
                                    "the run to a disk with room (another --out, or checkpoint folder)")
         reason = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0][:200]
-        return CheckpointError(f"cannot write a checkpoint into {self.directory}: {reason}; the previous checkpoint "
-                               "is kept")
+        return CheckpointError(f"cannot write a checkpoint into {self.directory}: {reason}; {self._kept()}")
+
+    def _kept(self) -> str:
+        """What is left to resume from after a failed save: the previous checkpoint, where there is one."""
+        previous = layout.latest_checkpoint(self.directory) if self.directory.exists() else None
+        return f"the previous checkpoint ({previous.name}) is kept" if previous else "no checkpoint was written yet"
 
     @staticmethod
     def _attempt(make: Callable[[], Any]) -> Any:

@@ -16,8 +16,9 @@ from typing import Optional
 from ..foundation.errors import arg
 from .layout import META_FILE
 
-#: Facts that must match to continue a run, and the setting that fixes each.
-MUST_MATCH = (("grad_accum", "grad_accum"), ("batch_size", "batch_size"))
+#: Facts that must match to continue a run, and the setting that fixes each: the sequence
+#: length first, as a language model's batch per process follows from it (tokens per batch).
+MUST_MATCH = (("seq_len", "seq_len"), ("grad_accum", "grad_accum"), ("batch_size", "batch_size"))
 #: Facts that may differ, with how a difference is said.
 MAY_DIFFER = (("world_size", "saved by {saved} process(es), now {now}"),
               ("strategy", "saved under strategy {saved}, now {now}"))
@@ -28,8 +29,12 @@ def compare(saved: dict, now: dict, where: str) -> tuple[Optional[str], list[str
     for fact, setting in MUST_MATCH:
         a, b = saved.get(fact), now.get(fact)
         if a is not None and b is not None and a != b and not (fact == "batch_size" and same_global_batch(saved, now)):
-            keeps = global_batch_size(saved, now)
-            other = f" (the same per process) or {arg(setting, keeps)} (the same global batch)" if keeps else ""
+            if fact == "seq_len":
+                return (f"{where} was written with {arg(setting, a)} but this run has {arg(setting, b)}: resuming "
+                        f"would change every sequence the model sees; give {arg(setting, a)} to continue it"), []
+            keeps = global_batch_size(saved, now) if fact == "batch_size" else None
+            other = (f" (the same per process) or {arg(setting, keeps)} (the same global batch)"
+                     if keeps and keeps != a else " (the same per process and global batch)" if keeps else "")
             return (f"{where} was written with {arg(setting, a)} but this run has {arg(setting, b)}: resuming would "
                     f"change the batch of every later optimizer step; give {arg(setting, a)}{other} to continue "
                     "it"), []
@@ -46,6 +51,13 @@ def compare(saved: dict, now: dict, where: str) -> tuple[Optional[str], list[str
         if a is not None and b is not None and a != b:
             notes.append(text.format(saved=a, now=b))
     return None, notes
+
+
+def resume_facts(workload) -> dict:
+    """What a run of `workload` records for a resume to agree with, beside the run's own facts:
+    a language model's tokens per sequence (None elsewhere: not compared)."""
+    seq_len = getattr(workload, "seq_len", None)
+    return {"seq_len": seq_len} if seq_len is not None else {}
 
 
 def _global(facts: dict) -> Optional[int]:

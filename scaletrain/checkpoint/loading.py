@@ -67,7 +67,7 @@ class CheckpointLoading:
                 return None, None
             return CheckpointError(f"no complete checkpoint at {source}; name a checkpoint folder "
                                    f"(…/checkpoints/step-N), a checkpoints folder or a run's output folder"), None
-        now = {**self.host.checkpoint_facts()}
+        now = {**self.host.checkpoint_facts(), **self.facts}
         if loader is not None:
             now["batch_size"] = loader.batch_size
         skipped = []

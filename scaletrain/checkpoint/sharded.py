@@ -90,8 +90,16 @@ def files_named_in_metadata(folder: Path) -> set[str]:
     return {info.relative_path for info in (metadata.storage_data or {}).values()}
 
 
-def first_failure(exc: Exception) -> str:
+def first_failure(exc: BaseException) -> str:
+    """One line: the first rank's failure of DCP's CheckpointException (whose own text holds
+    every rank's traceback), or an exception's first line."""
     failures = getattr(exc, "failures", {}) or {}
     for rank, failure in sorted(failures.items()):
-        return f"rank {rank}: {failure}"
-    return str(exc).splitlines()[0][:300]
+        failure = failure[0] if isinstance(failure, tuple) else failure  # (exception, its traceback)
+        return f"rank {rank}: {_first_line(failure)}"
+    return _first_line(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]

@@ -79,7 +79,7 @@ def prepare(command: str, argv: list[str], trains_here: bool, own_process: bool 
         name = allocator.resolve(*asked(argv))
     except Exception:  # noqa: BLE001 - a mistake in the flags: the command reports it
         return
-    allocator.apply(name)
+    allocator.apply(name, why=allocator.reason(*asked(argv), name))
     if command == "train" and trains_here and own_process and name in allocator.LIBRARIES and allocator.running() != name \
             and not restarted:
         os.environ[RESTARTED_VAR] = "1"

@@ -4,8 +4,11 @@ The ranks and the run's config.yaml get the chosen strategy and degrees, never "
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import replace
 
+from ..foundation.defaults import HANG_TIMEOUT_VAR
 from ..foundation.errors import UsageError
 from ..foundation.text_values import AUTO
 from ..train.config import TrainConfig
@@ -14,11 +17,26 @@ from ..train.config import TrainConfig
 PROBE = {"steps": 10, "warmup": 2, "min_seconds": 0.5, "rounds": 2, "budget_s": 60.0, "max_error": 0.5}
 
 
+@contextlib.contextmanager
+def measurement_timeout(seconds: float):
+    """The run's --timeout for every process of its measurement (they inherit HANG_TIMEOUT_VAR):
+    a measuring rank that stops or hangs is named and the job ends, as in training."""
+    before = os.environ.get(HANG_TIMEOUT_VAR)
+    os.environ[HANG_TIMEOUT_VAR] = f"{seconds:g}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(HANG_TIMEOUT_VAR, None)
+        else:
+            os.environ[HANG_TIMEOUT_VAR] = before
+
+
 def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
     """The configuration with the chosen strategy and options in place of auto, and the lines
     that say why (`auto_choice`)."""
     from ..process.devices import choose_device
-    from ..measure.jobs import hosts_from_args
+    from ..measure.jobs import check_answering, hosts_from_args
     from ..plan import Candidates, Measuring, PlanRequest, Training, default_machine, make_plan
 
     launch = config.launch
@@ -33,6 +51,7 @@ def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
         raise UsageError(f"--strategy auto with --nnodes {launch.nnodes}: each node would choose on its own; give the "
                          "machines with --hosts A:N,B:N (mpirun, one choice measured across them), or choose once with "
                          "`scaletrain plan --choose --hosts …` and pass its strategy and degrees to every node")
+    check_answering(hosts)  # before anything is measured across them
     world = hosts.world_size if hosts is not None else nproc
     device = choose_device(config.device, 0)
     given = {name: None if getattr(config, name) == AUTO else getattr(config, name) for name in ("device", "backend")}
@@ -44,7 +63,8 @@ def resolve_auto(config: TrainConfig, nproc: int) -> TrainConfig:
                           Candidates(options=dict(config.strategy_options), choose=world),
                           Measuring(**given, **PROBE, max_other_load=config.max_other_load, hosts=hosts, cached=True,
                                     subject="--strategy auto's measurement"))
-    choice = make_plan(request, say=lambda text: print(text, flush=True)).choice
+    with measurement_timeout(config.timeout_seconds):
+        choice = make_plan(request, say=lambda text: print(text, flush=True)).choice
     if choice.chosen is None:
         raise UsageError(f"--strategy auto: {choice.lines()[0]}; give more processes (--nproc-per-node) or a smaller "
                          "--batch-size")

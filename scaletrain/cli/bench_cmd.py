@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
 def orchestrate(args: argparse.Namespace, settings) -> int:
     from ..process.backends import choose_backend
     from ..bench.configs import bench_configs
+    from ..measure.jobs import check_answering
     from ..process.devices import choose_device, cpu_cores
     from ..plan import default_machine
     from ..workloads import get_workload
@@ -143,6 +144,7 @@ def orchestrate(args: argparse.Namespace, settings) -> int:
     workload = get_workload(settings.workload, args.model, args.dataset, settings.seq_len)
     if args.model:
         workload.build_model()  # a broken factory fails here, in one line, before anything runs
+    check_answering(hosts)  # the other hosts answer and run scaletrain (a few seconds)
     if args.dataset:
         workload.build_datasets(args.seed)
     configs, notes = bench_configs(strategies, world_sizes, rules, cpu_cores() if device.type == "cpu" else None,

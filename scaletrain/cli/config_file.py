@@ -17,10 +17,9 @@ from typing import Any, Callable
 
 import yaml
 
+from ..foundation.defaults import CONFIG_FILE  # noqa: F401 (the name the commands import from here)
 from ..foundation.errors import UsageError
 from ..foundation.safe_files import write_text_atomic, writing
-
-CONFIG_FILE = "config.yaml"
 
 #: Options that say what one command does, not what the run is: not written to config.yaml
 #: (a repeat gets its own --out; --dry-run and --sbatch are one-off actions; each node of a

@@ -19,3 +19,10 @@ def apply_process_memory(args: argparse.Namespace) -> str:
     the allocator they run with."""
     pass_on(getattr(args, "steady_memory", False))
     return allocator.pass_on(getattr(args, "allocator", "auto"), getattr(args, "steady_memory", False))
+
+
+def process_memory_flags(args: argparse.Namespace) -> list[str]:
+    """The two as `scaletrain train` flags, where not the defaults (a command that trains what was measured)."""
+    asked = getattr(args, "allocator", "auto")
+    return [*(["--allocator", asked] if asked != "auto" else []),
+            *(["--steady-memory"] if getattr(args, "steady_memory", False) else [])]

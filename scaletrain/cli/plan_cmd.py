@@ -25,7 +25,7 @@ from .measure_options import (add_min_seconds_argument, add_model_arguments, add
                               add_prediction_arguments, check_comm_file, hosts_for, parse_int_list,
                               parse_strategies, training_of)
 from .parsing import positive_int
-from .perf_options import add_process_memory_arguments, apply_process_memory
+from .perf_options import add_process_memory_arguments, apply_process_memory, process_memory_flags
 
 NAME = "plan"
 DEFAULT_WORLD_SIZES = "1,2,8,16,64"
@@ -102,8 +102,9 @@ def request_of(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..measure.jobs import check_answering
     from ..plan import make_plan
-    from ..plan.report import show_choice, show_plan
+    from ..plan.report import show_choice, show_plan, train_command
 
     if args.hardware:  # a GPU cluster from a hardware profile, nothing measured
         from .plan_cluster import cluster_request, show_cluster
@@ -113,15 +114,19 @@ def run(args: argparse.Namespace) -> int:
     apply_process_memory(args)  # the probe jobs run with the allocator (and --steady-memory) asked for
     request = request_of(args)
     check_out_file(args.out)
+    check_answering(request.measuring.hosts)  # before anything is measured: the other hosts answer
     quiet = args.json and request.candidates.choose is not None
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr if args.json else sys.stdout,
                                                                  flush=True))
     plan = make_plan(request, say)
     document = plan.as_dict()
+    command = train_command(plan, request.training, [*process_memory_flags(args), *_where_flags(args)])
+    if command:
+        document["train_command"] = command
     if args.json:
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     elif plan.choice is not None:
-        show_choice(plan, args.steady_memory)
+        show_choice(plan, command)
     else:
         show_plan(plan)
     if args.out is not None:
@@ -133,6 +138,14 @@ def run(args: argparse.Namespace) -> int:
               "round(s); the predictions above come from those", file=sys.stderr)
         return plan.measured.stopped.status
     return 0 if plan.choice is None or plan.choice.chosen else 1
+
+
+def _where_flags(args: argparse.Namespace) -> list[str]:
+    """Where the plan measured, as `scaletrain train` flags (the machines, the device, the backend)."""
+    given = [("--hosts", args.hosts), ("--hostfile", args.hostfile),
+             ("--device", None if args.device == AUTO else args.device),
+             ("--backend", None if args.backend == AUTO else args.backend)]
+    return [word for flag, value in given if value for word in (flag, str(value))]
 
 
 def run_rank(args: argparse.Namespace) -> int:

@@ -23,6 +23,10 @@ def check_fault_flags(config: TrainConfig, env: DistEnv) -> None:
     if env.launched and config.out is None and (config.checkpoint_every or config.resume == AUTO):
         raise UsageError("--checkpoint-every and --resume auto need a fixed --out under a launcher (every rank and "
                          "every restart must find the same folder); add --out DIR")
+    if config.checkpoint_async and not config.checkpoint_every:  # it would write nothing, and say nothing
+        raise UsageError("--checkpoint-async writes the checkpoints of --checkpoint-every in the background, and "
+                         "without --checkpoint-every there are none; add --checkpoint-every STEPS (or drop "
+                         "--checkpoint-async)")
     if config.resume not in (None, "auto") and not Path(config.resume).expanduser().exists():
         raise UsageError(f"--resume {config.resume}: no such file or folder; name a checkpoint folder, a "
                          "checkpoints folder or an earlier run's --out (or use --resume auto)")

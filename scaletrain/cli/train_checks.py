@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ..checkpoint.compat import resume_facts
 from ..process import netif
 from ..process.backends import choose_backend
 from ..process.devices import choose_device
@@ -45,7 +46,7 @@ def checked(config: TrainConfig, nproc: int, env: DistEnv) -> TrainConfig:
     world_size = nproc * (launch.nnodes or 1)
     facts = {"grad_accum": strategy.grad_accum, "batch_size": config.batch_size, "world_size": world_size,
              "data_parallel_size": strategy.dims(world_size).dp_size,
-             "strategy": strategy.name}  # what a resume must agree with
+             "strategy": strategy.name, **resume_facts(workload_for(config))}  # what a resume must agree with
     for note in check_resume(config, model, facts):
         print(f"scaletrain: note: {note}", file=sys.stderr)
     if not node_rank and not out_may_hold_files(config):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..foundation.errors import UsageError
+from ..foundation.defaults import CONFIG_FILE
 from ..train.report import METRICS_FILE, SUMMARY_FILE
 
 
@@ -19,6 +20,7 @@ class RunRecord:
     folder: Path
     label: str
     summary: dict = field(default_factory=dict)  # empty while the run is still going
+    configured: dict = field(default_factory=dict)  # strategy and processes from config.yaml (the run's start)
     notes: list = field(default_factory=list)  # records skipped, and why
     steps: list = field(default_factory=list)  # "kind": "step" records, in order
     epochs: list = field(default_factory=list)  # "kind": "epoch" records, in order
@@ -26,6 +28,12 @@ class RunRecord:
     def series(self, records: list, key: str, x: str) -> tuple[list, list]:
         points = [(r[x], r[key]) for r in records if r.get(x) is not None and r.get(key) is not None]
         return [p[0] for p in points], [p[1] for p in points]
+
+    @property
+    def facts(self) -> dict:
+        """The summary's facts, and where there is none yet (a run still going, or stopped before
+        its end) its configuration's strategy and processes."""
+        return {**self.configured, **self.summary}
 
     @property
     def final(self) -> dict:
@@ -50,6 +58,7 @@ def load_run(folder: Path) -> RunRecord:
     summary = folder / SUMMARY_FILE
     if summary.exists():
         run.summary = _summary(_read(summary), summary, run.notes)
+    run.configured = _configured(folder / CONFIG_FILE)
     lines = _read(metrics).splitlines()
     for number, line in enumerate(lines, start=1):
         record, problem = _record(line, last=number == len(lines))
@@ -118,6 +127,27 @@ def _summary(text: str, path: Path, notes: list) -> dict:
     return summary
 
 
+def _configured(path: Path) -> dict:
+    """strategy, world_size, nnodes and nproc_per_node as the run's config.yaml gives them
+    (what it could not know, left out: an unreadable file gives nothing)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(errors="replace"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(config, dict):
+        return {}
+    found = {k: config[k] for k, types in SUMMARY_FIELDS.items() if k in ("strategy", "nnodes", "nproc_per_node")
+             and isinstance(config.get(k), types) and not isinstance(config.get(k), bool)}
+    if found.get("strategy") == "auto":  # the choice is recorded with the run's summary, not here
+        return {}
+    if "nproc_per_node" in found:
+        found["nnodes"] = found.get("nnodes") or 1
+        found["world_size"] = found["nproc_per_node"] * found["nnodes"]
+    return found
+
+
 def load_runs(folders: list[Path]) -> list[RunRecord]:
     runs = [load_run(f) for f in folders]
     _unique_labels(runs)
@@ -131,13 +161,13 @@ def _unique_labels(runs: list[RunRecord]) -> None:
         if names.count(run.label) > 1:
             run.label = f"{run.folder.absolute().parent.name}/{run.label}"
     for run in runs:
-        strategy, world = run.summary.get("strategy"), run.summary.get("world_size")
+        strategy, world = run.facts.get("strategy"), run.facts.get("world_size")
         if strategy:
             run.label += f" ({strategy}, {world} proc)"
 
 
 def describe_world(run: RunRecord) -> Optional[str]:
-    s = run.summary
+    s = run.facts
     if "world_size" not in s:
         return None
     return f"{s['world_size']} ({s.get('nnodes', 1)} node × {s.get('nproc_per_node', s['world_size'])})"

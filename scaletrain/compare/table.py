@@ -14,7 +14,7 @@ def rows(runs: list[RunRecord]) -> list[list[str]]:
     table = []
     for run in runs:
         final = run.final
-        table.append([run.folder.absolute().name, run.summary.get("strategy", "?"), describe_world(run) or "?",
+        table.append([run.folder.absolute().name, run.facts.get("strategy", "?"), describe_world(run) or "?",
                       _number(final["accuracy"], ".4f"), _number(final["loss"], ".4f"),
                       _number(final["samples_per_second"], ",.0f"), _number(run.summary.get("tflops_per_second"), ".3g"),
                       _number(run.summary.get("mfu"), ".1%"), _number(final["wall_seconds"], ".1f"),

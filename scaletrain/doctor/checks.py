@@ -205,14 +205,16 @@ def _self_test_fix(backend: str) -> str:
 
 
 def check_allocator() -> list[Finding]:
-    """The CPU memory allocator training processes get by default (scaletrain/memory/allocator.py):
-    the best one where installed; where not, the one line that installs it."""
+    """The CPU memory allocator training processes get by default (scaletrain/memory/allocator.py),
+    and why; where none of the preferred ones is installed, the one line that installs the first."""
     from ..memory import allocator
 
-    best = allocator.BEST
-    path = allocator.find(best)
-    if path:
-        return [Finding(OK, f"CPU memory allocator: {best} ({path}), preloaded into the processes scaletrain starts")]
-    return [Finding(NOTE, f"CPU memory allocator: {best} is not installed, so training processes use glibc's malloc, "
-                          "which holds more memory and runs slower (docs/memory.md)",
-                    f"{allocator.install_line(best)}")]
+    chosen = allocator.resolve("auto")
+    why = allocator.reason("auto", False, chosen)
+    if chosen != "glibc":
+        return [Finding(OK, f"CPU memory allocator: {chosen} ({allocator.find(chosen)}), preloaded into the processes "
+                            f"scaletrain starts: {why}")]
+    first = allocator.PREFERENCE[0]
+    return [Finding(NOTE, f"CPU memory allocator: glibc's malloc, since none of {', '.join(allocator.PREFERENCE)} is "
+                          "installed; it holds more memory under FSDP and runs slower (docs/memory.md)",
+                    f"{allocator.install_line(first)}")]

@@ -44,6 +44,10 @@ from .hang_evidence import OpLog
 #: Exit status of a rank that gave up waiting for its peers.
 EXIT_PEER_LOST = 3
 STORE_TIMEOUT_S = 4.0  # a store that does not answer this fast is considered gone
+#: A heartbeat follows the rank's operations (a new one, the next step) at most this often: a
+#: rank that stops between two beats of the interval is then seen where it stopped (20 steps
+#: of 50 ms fit between two beats at --timeout 20s), for a store call every quarter second.
+FOLLOW_S = 0.25
 
 _COMM_WORDS = ("gloo", "nccl", "connection", "timed out", "timeout", "socket", "peer", "closed", "broken pipe")
 
@@ -78,6 +82,7 @@ class Watchdog:
         # past start-up, not up to an interval later (a rank stopped in between would otherwise
         # be reported as last seen in start-up, with its first steps done).
         self._started = threading.Event()
+        self._moved = threading.Event()  # set when an operation begins: the heartbeat follows it
         self._verdict_lock = threading.Lock()
         self._snapshot: Optional[tuple[float, dict]] = None
         # The store lives in the launcher (spawn's command, torchrun's agent) or in rank 0: once
@@ -88,7 +93,7 @@ class Watchdog:
         self.ops = OpLog()  # scaletrain's own record of the operations it marked
         # When a hang is found, every rank's stacks and collectives go to DUMP_DIR/hang-<attempt>.
         self.evidence = (HangEvidence(rank, world_size, self.prefix, Path(dump_dir) / f"hang-{attempt}", self.ops,
-                                      refresh_s=4 * self.interval) if dump_dir is not None else None)
+                                      refresh_s=self.interval) if dump_dir is not None else None)
         self._beat_store = self._connect()
         self._read_store = self._connect()
         self._beat()  # present from the start: "never reported" then means really never
@@ -115,6 +120,7 @@ class Watchdog:
             self._entered += 1
             if self._entered == 1:
                 self._started.set()
+            self._moved.set()
         entry = self.ops.begin(name, nbytes)
         try:
             yield
@@ -141,6 +147,7 @@ class Watchdog:
         `_started` until the first operation: woken too, it sees the stop at once."""
         self._stop.set()
         self._started.set()
+        self._moved.set()
         for thread in getattr(self, "_threads", []):
             thread.join(timeout=STORE_TIMEOUT_S)
         self._beat_store = self._read_store = None
@@ -156,8 +163,11 @@ class Watchdog:
         while True:
             if starting:  # a beat every interval, and one at once when the first operation begins
                 starting = not self._started.wait(self.interval)
-            elif self._stop.wait(self.interval):
-                return
+            else:  # a beat every interval, and one when an operation begins, FOLLOW_S apart at most
+                self._moved.wait(self.interval)
+                if self._stop.wait(FOLLOW_S):
+                    return
+            self._moved.clear()
             if self._stop.is_set():
                 return
             if self._lineage.gone():  # the rank is being stopped; its launcher says so

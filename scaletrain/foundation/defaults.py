@@ -88,3 +88,26 @@ BENCH_MEASURE_S = 1.5
 #: still wider, it says it cannot tell rather than name a best configuration.
 PLAN_BUDGET_S = 180.0
 PLAN_MAX_ERROR = 0.5
+
+#: The configuration every run writes into its folder (`scaletrain train --config` reads it back;
+#: `scaletrain report` takes an unfinished run's strategy and processes from it).
+CONFIG_FILE = "config.yaml"
+
+#: How the process groups of scaletrain's own background threads (the checkpoint writer) are
+#: described to torch (`group_desc`): a hang's report tells their collectives from training's.
+BACKGROUND_GROUP = "scaletrain background"
+
+#: The hang timeout (seconds) of the processes of a measurement (`train --strategy auto`'s jobs):
+#: `scaletrain.init` takes it where no `timeout` is given, and their launcher bounds start-up by it.
+HANG_TIMEOUT_VAR = "SCALETRAIN_HANG_TIMEOUT"
+
+
+def hang_timeout_s(environ=None) -> float:
+    """HANG_TIMEOUT_VAR's seconds where it holds a positive number, else HANG_TIMEOUT_S."""
+    import os
+
+    try:
+        seconds = float((os.environ if environ is None else environ).get(HANG_TIMEOUT_VAR, ""))
+    except ValueError:
+        return HANG_TIMEOUT_S
+    return seconds if seconds > 0 else HANG_TIMEOUT_S

@@ -111,8 +111,11 @@ def write_batch(path: Path, text: str) -> None:
 
 
 def run_script(script: str, *args: str, nproc: int = 2, module: Optional[str] = None, launcher: str = "spawn",
-               announce: bool = True) -> int:
+               announce: bool = True, timeout: Optional[float] = None) -> int:
     """Runs `script` (or `module`, like `python -m`) on `nproc` local ranks; from Python or a
-    notebook. Returns the exit status; the first failure's traceback goes to stderr."""
+    notebook. Returns the exit status; the first failure's traceback goes to stderr.
+    `timeout`: seconds a rank may take to join (start-up), as `launch --timeout`."""
     target = Target(module=module, args=args) if module else Target(script=script, args=args)
-    return run(LaunchRequest(target, launcher=launcher, nproc_per_node=nproc).with_host_facts(), announce=announce)
+    extra = {"timeout": timeout} if timeout is not None else {}
+    return run(LaunchRequest(target, launcher=launcher, nproc_per_node=nproc, **extra).with_host_facts(),
+               announce=announce)

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from ..foundation.defaults import MASTER_ADDR, MASTER_PORT
+from ..foundation.defaults import HANG_TIMEOUT_VAR, MASTER_ADDR, MASTER_PORT
 from ..foundation.errors import UsageError
 from ..memory.allocator import ALLOCATOR_VARS
 from ..memory.steady import STEADY_MEMORY_VAR
 from ..process import netif
 from ..process.netif import IFNAME_VARS, Choice
 from .base import Job
+from .host_check import check_hosts
 from .launch_plan import ERROR_DIR_VAR, TERMINAL_VAR, Command, Plan, rank_argv
 from .parent_watch import LAUNCHER_VAR
 from .ports import free_port
@@ -88,7 +89,7 @@ class MpirunLauncher:
         argv += ["-x", f"MASTER_ADDR={req.master_addr}", "-x", f"MASTER_PORT={req.master_port}", "-x", ERROR_DIR_VAR,
                  "-x", LAUNCHER_VAR, "-x", TERMINAL_VAR]
         # Variables the ranks need from this shell; each host's interface is chosen on that host.
-        for var in ("PYTHONPATH", STEADY_MEMORY_VAR, *ALLOCATOR_VARS, *IFNAME_VARS):
+        for var in ("PYTHONPATH", STEADY_MEMORY_VAR, HANG_TIMEOUT_VAR, *ALLOCATOR_VARS, *IFNAME_VARS):
             if req.environ.get(var):
                 argv += ["-x", var]
         argv += [*req.launcher_args, *rank_argv(req.target, req.timeout, req.python)]
@@ -103,6 +104,9 @@ class MpirunLauncher:
             warn_if_oversubscribed(req)
         if netif.is_local_address(req.master_addr):
             check_port_free(req, req.master_addr, req.master_port)
+        # Last: each other host answers and runs scaletrain (a few seconds, where the rest is instant).
+        check_hosts([h for h, _ in req.hosts], req.python, req.environ, req.launcher_args,
+                    f"--hostfile {req.hostfile}" if req.hostfile else "--hosts")
 
     def execute(self, plan: Plan, job: Job) -> int:
         (command,) = plan.commands

@@ -4,6 +4,8 @@ which launcher does it."""
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -59,21 +61,33 @@ def hosts_from_args(args) -> Optional[Hosts]:
     return hosts
 
 
+def check_answering(hosts: Optional[Hosts]) -> None:
+    """Before anything is measured across them: each other host answers and runs scaletrain
+    (launchers/host_check.py), else one line naming the first that does not."""
+    from ..launchers.host_check import check_hosts
+
+    if hosts is not None:
+        check_hosts([h for h, _ in hosts.hosts], sys.executable, os.environ, (), hosts.flag)
+
+
 def run_job(argv: list[str], nproc: int, hosts: Optional[Hosts] = None, module: str = "scaletrain") -> int:
     """Runs `python -m <module> <argv>` (by default `scaletrain <argv>`) as `nproc` ranks — here (spawn launcher), or across `hosts`
     (mpirun, `nproc ÷ hosts` on each) when a job of several processes is given them — and
     returns the job's exit status. A failing rank's traceback goes to stderr. A job stopped by
     Ctrl-C, SIGTERM or SIGHUP raises Stopped, for the command to say what it had measured."""
+    from ..foundation.defaults import hang_timeout_s
     from ..launchers.facade import run, run_script
     from ..launchers.interrupts import STOP_STATUSES, Stopped
     from ..launchers.launch_plan import Target
     from ..launchers.request import LaunchRequest
 
+    # A measurement's hang timeout (HANG_TIMEOUT_VAR, which its ranks inherit) bounds start-up too.
+    timeout = hang_timeout_s()
     if hosts is None or nproc == 1:
-        code = run_script("", *argv, nproc=nproc, module=module, announce=False)
+        code = run_script("", *argv, nproc=nproc, module=module, announce=False, timeout=timeout)
     else:
         per_host = max(1, nproc // len(hosts.hosts))
-        request = LaunchRequest(Target(module=module, args=tuple(argv)), launcher="mpirun",
+        request = LaunchRequest(Target(module=module, args=tuple(argv)), launcher="mpirun", timeout=timeout,
                                 nproc_per_node=per_host, hosts=tuple((h, per_host) for h, _ in hosts.hosts))
         code = run(request.with_host_facts(), announce=False)
     if code in STOP_STATUSES:

@@ -29,13 +29,16 @@ from ..foundation.errors import UsageError, arg
 IGNORE_INDEX = -100  # the label of positions that do not count (transformers' convention)
 
 
-def check_length(length: int, cp: int) -> None:
-    """Refuses a sequence the load-balanced split cannot cut evenly."""
+def check_length(length: int, cp: int, seq_len_flag: bool = False) -> None:
+    """Refuses a sequence the load-balanced split cannot cut evenly. `seq_len_flag`: the length
+    is a built-in language model's, which --seq-len sets; otherwise it is the data's own (a
+    --dataset, a user's script), which only the data can change."""
     if length % (2 * cp):
         fit = max(2 * cp, length // (2 * cp) * (2 * cp))
+        fix = (f"use sequences of a multiple of {2 * cp} tokens (e.g. {arg('seq_len', fit)})" if seq_len_flag else
+               f"pad or cut the data's sequences to a multiple of {2 * cp} tokens (e.g. {fit})")
         raise UsageError(f"context parallel over {cp} processes cuts each sequence into 2 × cp = {2 * cp} equal chunks, "
-                         f"but the sequences have {length} tokens; use sequences of a multiple of {2 * cp} tokens "
-                         f"(e.g. {arg('seq_len', fit)}) or another {arg('cp')}")
+                         f"but the sequences have {length} tokens; {fix} or another {arg('cp')}")
 
 
 @dataclass

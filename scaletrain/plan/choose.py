@@ -123,7 +123,10 @@ class Choice:
             d = self.distributed
             first += (f" One process: distributing is predicted to lose here — the fastest of several processes, "
                       f"{self.label(d)}, {d.samples_per_s / c.samples_per_s:.2f}× its samples/s.")
-        if c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
+        if c.world_size > 1 and c.speedup < 1:  # (chosen only where what was given fixes the world size)
+            first += (f" Slower than one process: one process (--nproc-per-node 1) is predicted "
+                      f"{1 / c.speedup:.1f}× as fast.")
+        elif c.world_size > 1 and c.speedup < WORTH_AT_SPEEDUP:
             first += (f" Below the {WORTH_AT_SPEEDUP:g}× that pays: one process (--nproc-per-node 1) would do about as "
                       f"well.")
         second = (f"Runner-up: {self.label(self.runner_up)}, {self.runner_up.speedup:.2f}×"

@@ -31,7 +31,7 @@ from ..data.batches import split
 from ..measure.clock import Clock
 from ..measure.footprint import block_bytes
 from ..measure.steps import NOSYNC, SYNC, forever, steps_to_measure, timed_steps
-from ..memory.allocator import described as described_allocator
+from ..memory.allocator import described as described_allocator, purge_delay, return_freed_at_once
 from ..parallel.tensor_parallel import declared_plan
 from ..train.optimizer import adam
 from .overheads import fsdp_step_seconds, same_batches, tp_step_seconds
@@ -260,11 +260,17 @@ def _fsdp_memory(workload, batches, loss_fn, spec: dict, run) -> dict:
     peaked about 200 MB lower on the 134 MB MLP than in a fresh process, which is what training
     starts from (costs/memory.py: the slack of FSDP configurations)."""
     before = run.memory.current()
+    # As an FSDP run's processes do (api.init): freed memory returned at once, for these steps only.
+    delay = return_freed_at_once() if run.device.type == "cpu" else None
     # From the model sharded on: a real run builds its shards alone (meta-device
     # initialisation), where this builds the whole model first.
-    seconds = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
-                                min(spec["steps"], FSDP_MEMORY_STEPS), spec["warmup"], run.world_size,
-                                on_prepared=run.memory.reset_peak)
+    try:
+        seconds = fsdp_step_seconds(workload.build_model, workload.lr, batches, loss_fn, run.device,
+                                    min(spec["steps"], FSDP_MEMORY_STEPS), spec["warmup"], run.world_size,
+                                    on_prepared=run.memory.reset_peak)
+    finally:
+        if delay is not None:
+            purge_delay(delay)
     if seconds is None:
         return {}
     above = run.gather(torch.tensor([float(run.memory.peak() - before)], dtype=torch.float64))

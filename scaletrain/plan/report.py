@@ -3,6 +3,8 @@ the conclusions."""
 
 from __future__ import annotations
 
+import shlex
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -121,14 +123,26 @@ def show_plan(plan) -> None:
            plan.conclusions, plan.worked_out)
 
 
-def show_choice(plan, steady_memory: bool) -> None:
-    """A choice in words, and the command that trains it."""
+def show_choice(plan, command: list[str]) -> None:
+    """A choice in words, and the command that trains it (`train_command`)."""
     for line in plan.lines():
         print(line)
     if plan.choice.chosen:
-        steady = " --steady-memory" if steady_memory else ""
-        print(f"Train with it: scaletrain train --nproc-per-node {plan.choice.chosen.world_size}{steady} "
-              f"{' '.join(plan.choice.flags())}")
+        print(f"Train with it: {shlex.join(command)}")
+
+
+def train_command(plan, training, process_flags: list[str]) -> list[str]:
+    """`scaletrain train` that trains what was planned: the model and data, the batch per
+    process, the sequence length and seed measured, on the processes chosen, with the
+    allocator and memory mode the plan measured under (`process_flags`). Every model flag is
+    given, as plan's default workload is not train's."""
+    if plan.choice is None or plan.choice.chosen is None:
+        return []
+    named = [("--workload", training.workload), ("--model", training.model), ("--dataset", training.dataset),
+             ("--seq-len", training.seq_len), ("--batch-size", training.batch_size),
+             ("--seed", training.seed or None)]
+    return ["scaletrain", "train", *(w for flag, value in named if value is not None for w in (flag, str(value))),
+            "--nproc-per-node", str(plan.choice.chosen.world_size), *process_flags, *plan.choice.flags()]
 
 
 def print_plan(probe: Probe, machine: Machine, predictions: list[Prediction], spreads: dict, steps: dict,

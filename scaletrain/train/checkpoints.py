@@ -20,12 +20,14 @@ class TrainerCheckpoints:
     comes due in the middle of a cycle waits for its end, so nothing accumulated is lost."""
 
     def __init__(self, run: "Run", out: Path, every: int, keep: int, resume: Optional[str], say,
-                 layout: str = "auto", notes_shown: bool = False, asynchronous: bool = False):
+                 layout: str = "auto", notes_shown: bool = False, asynchronous: bool = False,
+                 facts: Optional[dict] = None):
         """`notes_shown`: the command that started this run has already checked the
         checkpoint to resume and shown its notes (checkpoints skipped, settings changed)."""
         self.run, self.every, self.resume_from, self.say = run, every, resume, say
         self.notes_shown = notes_shown
-        self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep, layout, asynchronous=asynchronous, say=say)
+        self.store = Checkpointer(run, Path(out) / CHECKPOINTS_DIR, keep, layout, asynchronous=asynchronous, say=say,
+                                  facts=facts)
         self.last_saved = -1
         self.due = False
         self.resumed: Optional[dict] = None

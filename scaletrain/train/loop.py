@@ -12,10 +12,11 @@ from pathlib import Path
 import torch
 
 from ..api import init
+from ..checkpoint.compat import resume_facts
 from ..data.batches import batch_size_of
 from ..foundation.errors import UsageError, arg
 from ..foundation.text_values import AUTO
-from ..memory.allocator import described as described_allocator
+from ..memory.allocator import described as described_allocator, described_reason as allocator_reason
 from ..parallel.meta_init import uninitialisable
 from ..process.startup_time import command_age
 from ..process.startup_timeline import mark
@@ -58,6 +59,7 @@ class Trainer:
         self.lr = config.lr if config.lr is not None else workload.lr
         self.train_set, self.held_out = workload.build_datasets(config.seed)
         mark("rank: data built")
+        self.eval_batch_size, self.notes = batch_sizes(config, self.train_set, self.held_out)
         sample = first_sample(self.train_set)
         self.task = get_task(config.task_name or workload.task or derive(sample))
         check_targets(self.task, sample)  # every rank alike, before anything waits for a peer
@@ -76,7 +78,8 @@ class Trainer:
         self._announce()
         self.checkpoints = TrainerCheckpoints(run, out, config.checkpoint_every, config.keep_checkpoints,
                                               config.resume, self.reporter.say, config.checkpoint_layout,
-                                              notes_shown=resume_checked, asynchronous=config.checkpoint_async)
+                                              notes_shown=resume_checked, asynchronous=config.checkpoint_async,
+                                              facts=resume_facts(workload))
         self.start = self.checkpoints.resume(self.model, self.optimizer, self.loader, self.epochs)
         self.finite = self.checkpoints.finite = NonFiniteGuard(run, self.model, config.log_every_steps,
                                                                config.allow_nonfinite, self.lr, run.steps_taken,
@@ -100,6 +103,8 @@ class Trainer:
                           f"global batch {self.global_batch}, {self.epochs} epoch(s)")
         if run.trackers:
             self.reporter.say(f"scaletrain: tracking with {run.trackers.describe()}")
+        for note in self.notes:
+            self.reporter.say(f"scaletrain: note: {note}")
         run.log_config({**config.as_dict(), "epochs": self.epochs, "lr": self.lr, "task": self.task.name,
                         "world_size": run.world_size, "global_batch_size": self.global_batch,
                         "workload_name": self.workload.name})
@@ -162,7 +167,7 @@ class Trainer:
 
     def _evaluate(self, epoch: int, seconds: float, epoch_samples: float) -> None:
         run, task, totals = self.run, self.task, self.totals
-        evaluation = run.evaluate(self.model, self.held_out, batch_size=self.config.eval_batch_size,
+        evaluation = run.evaluate(self.model, self.held_out, batch_size=self.eval_batch_size,
                                   loss_fn=task.loss_fn, metrics=task.metrics)
         self.record = {"kind": "epoch", "epoch": epoch, "epochs": self.epochs, "step": run.steps_taken,
                        "train_loss": run.mean(totals["loss_sum"] / max(totals["steps"], 1)).item(),
@@ -197,6 +202,7 @@ class Trainer:
             **self.utilisation.summary(rate),
             "startup_seconds": self.startup_seconds,
             "allocator": described_allocator(),  # the CPU memory allocator the processes ran with
+            "allocator_reason": allocator_reason(),  # and why
             # From the user's command, like the start-up time (this process's own time otherwise).
             "wall_seconds": command_age(run.env) or time.perf_counter() - self.started,
             "torch_version": torch.__version__,
@@ -258,3 +264,25 @@ def training_length(config: TrainConfig, default_epochs: int, steps_per_epoch: i
 def _rank_has_loss(run) -> bool:
     """Whether this process computes the loss itself (a pipeline's first stage does not)."""
     return run.topology.holds_outputs
+
+
+def batch_sizes(config: TrainConfig, train_set, held_out) -> tuple[int, list[str]]:
+    """(the held-out batch size, notes) for a user's dataset whose samples may differ in shape
+    (sequences of different lengths), before anything trains: training's batches of such
+    samples cannot be stacked (refused in one line), and the held-out set is then evaluated one
+    sample at a time (said in a note) rather than failing after the first epoch."""
+    from ..data.sample_shapes import first_difference
+
+    if not config.dataset:
+        return config.eval_batch_size, []
+    if config.batch_size > 1:
+        found = first_difference(train_set)
+        if found:
+            raise UsageError(f"--dataset {config.dataset}: its training samples differ in shape ({found}), so batches "
+                             f"of {arg('batch_size', config.batch_size)} cannot be stacked; pad or cut them to one "
+                             f"length in the dataset, or give {arg('batch_size', 1)}")
+    found = first_difference(held_out) if config.eval_batch_size > 1 else None
+    if found:
+        return 1, [f"the held-out samples of --dataset {config.dataset} differ in shape ({found}): evaluated one at "
+                   f"a time, not in batches of {config.eval_batch_size} (pad them to one length to batch them)"]
+    return config.eval_batch_size, []

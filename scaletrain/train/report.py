@@ -201,7 +201,8 @@ def _peak_memory(summary: dict) -> str:
     peaks, bases = summary["peak_memory_bytes"], summary.get("baseline_memory_bytes") or []
     worst = max(range(len(peaks)), key=lambda r: peaks[r])
     base = f" (baseline {bases[worst] / 1e6:,.0f} MB)" if worst < len(bases) else ""
-    allocator = f"; allocator {summary['allocator']}" if summary.get("allocator") else ""
+    why = f" ({summary['allocator_reason']})" if summary.get("allocator_reason") else ""
+    allocator = f"; allocator {summary['allocator']}{why}" if summary.get("allocator") else ""
     return (f"{peaks[worst] / 1e6:,.0f} MB{base}" + (f", the largest of {len(peaks)} processes" if len(peaks) > 1 else "")
             + allocator)
 

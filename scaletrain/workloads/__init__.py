@@ -50,7 +50,7 @@ class Workload:
             raise UsageError(f"{arg('cp', cp)} splits sequences, but {self.name} has none ({self.task}); use a language "
                              f"model ({arg('workload', 'stdlib-gpt')}, --model-config) or drop {arg('cp')}")
         if self.seq_len is not None:
-            check_length(self.seq_len, cp)
+            check_length(self.seq_len, cp, seq_len_flag=True)
 
 
 BUILTIN: dict[str, Workload] = {w.name: w for w in (
@@ -100,8 +100,11 @@ def get_workload(name: str, model: Optional[str] = None, dataset: Optional[str] 
         return base
     build_model = (lambda: build_user_model(model)) if model else base.build_model
     build_datasets = (lambda seed: build_user_datasets(dataset, seed)) if dataset else base.build_datasets
-    label = " + ".join(filter(None, [model and f"model {model}", dataset and f"dataset {dataset}"]))
+    # Named for what trains: the user's model (on the workload's data), the workload's model on
+    # the user's data, or both the user's (the workload then gives only its settings).
+    label = (f"model {model} on dataset {dataset}" if model and dataset else
+             f"model {model} on {name}'s data" if model else f"{name}'s model on dataset {dataset}")
     # The user's data may be another kind of problem: told from its samples unless --task says.
-    return Workload(f"{name} ({label})", base.description, build_model, build_datasets, base.lr, base.epochs,
+    return Workload(label, base.description, build_model, build_datasets, base.lr, base.epochs,
                     task=None if dataset else base.task, seq_len=None if dataset else base.seq_len,
                     batch_size=base.batch_size)

@@ -48,3 +48,37 @@ def no_held_out():
 def empty_training_split():
     _, held_out = digits_datasets(0)
     return TensorDataset(torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.int64)), held_out
+
+
+class _Pooled(nn.Module):
+    """Classifies a sequence of any length: its tokens' embeddings averaged."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(16, 8), nn.Linear(8, 2)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids).mean(dim=-2))
+
+
+def pooled() -> nn.Module:
+    return _Pooled()
+
+
+class _Listed(torch.utils.data.Dataset):
+    def __init__(self, samples):
+        self.samples = samples
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        return self.samples[index]
+
+
+def ragged_sequences():
+    """Sequences of 3 to 9 tokens (not padded), labelled by their first token's parity."""
+    generator = torch.Generator().manual_seed(0)
+    samples = [(ids, int(ids[0]) % 2) for ids in
+               (torch.randint(0, 16, (3 + i % 7,), generator=generator) for i in range(40))]
+    return _Listed(samples[:24]), _Listed(samples[24:])
