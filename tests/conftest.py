@@ -30,3 +30,15 @@ def no_process_left_behind():
     while (left := _descendants(os.getpid())) and time.time() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """What a test's in-process command puts into this process's environment for the processes
+    it starts (the allocator's LD_PRELOAD, steady memory, a hang timeout) does not reach the
+    next test's processes."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -272,4 +272,4 @@ def test_a_model_of_no_layers_is_named_as_such(tmp_path, capsys):
                            "--seq-len", "1024")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert "the model has 0 layers (num_hidden_layers" in lines[0] and "global batch" not in lines[0], lines[0]
+    assert "num_hidden_layers 0" in lines[0] and "global batch" not in lines[0], lines[0]

@@ -161,9 +161,6 @@ def predict_all(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterPredicti
 
 
 def _nothing(scenario: ClusterScenario, fixed: Fixed) -> str:
-    if scenario.shape.layers < 1:  # no pipeline degree divides no layers: the batch is not what is wrong
-        return (f"--model-config {scenario.model_config or scenario.shape.name}: the model has {scenario.shape.layers} "
-                "layers (num_hidden_layers, or n_layer); a model needs at least one")
     return (f"no configuration of {scenario.gpus} GPUs makes a global batch of {scenario.global_batch} sequences "
             "with these degrees and micro-batch: give --global-batch as a multiple of the data-parallel degree × "
             "--micro-batch, or other degrees")
