@@ -12,6 +12,8 @@ this fixed order, each where the configuration (`ParallelConfig`) enables it:
                    everything that wraps or shards them)
 3. tensor_parallel split each layer's matrices across the "tp" dimension
 4. context_parallel split each sequence across the "cp" dimension, attention round a ring
+   expert_parallel  split a mixture of experts' experts across the "ep" dimension (borrowed
+                   from dp_shard × cp), tokens sent to them and back by all-to-all
 5. activation_checkpointing  keep only each block's input for backward, recompute the rest
 6. compile         torch.compile block by block, in place
 7. data_parallel   DDP over "dp_replicate", or FSDP2 over ("dp_replicate", "dp_shard" × "cp"):
@@ -45,6 +47,7 @@ from .compile import Compile
 from .config import SPLIT, ParallelConfig
 from .context_parallel import ContextParallel
 from .data_parallel import DataParallel
+from .expert_parallel import ExpertParallel
 from .float8 import Float8Training
 from .local_devices import LocalDevices
 from .meta_init import is_meta, materialise
@@ -62,6 +65,7 @@ PARALLELISMS = [
     Float8Training(),
     TensorParallel(),
     ContextParallel(),
+    ExpertParallel(),
     ActivationCheckpointing(),
     Compile(),
     DataParallel(),

@@ -9,6 +9,7 @@ from . import (  # noqa: F401 - imported to register their cost terms
     compile,
     context_parallel,
     data_parallel,
+    expert_parallel,
     float8,
     local_devices,
     pipeline,
