@@ -108,7 +108,9 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig, topology: Topology) -> 
         # Every data-parallel process's gradients reach these weights: by the all-to-all's
         # backward within the borrowing dimension's group, by this group's reduction beyond it.
         apart.set_gradient_divide_factor(float(dims.dp_replicate * dims.lent(borrowing)))
-        if topology.ctx.backend != "nccl":  # a factor of its own is NCCL's PREMUL_SUM: Gloo sums, then divides
+        if topology.ctx.backend != "nccl" and dims.lent(borrowing) > dims[borrowing]:
+            # Reduce-scattered with a factor of its own is NCCL's PREMUL_SUM: Gloo sums, then
+            # divides. (Not over one process: torch 2.13 divides that copy already, and again.)
             apart.set_force_sum_reduction_for_comms(True)
     blocks, tied = blocks_sharded_alone(module, model_blocks(module))
     for name in blocks:
