@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .gpt import Embedding, Head
+from .gpt import Attention, Embedding, Head
 from .text import CONTEXT
 
 EXPERTS = 8
@@ -96,25 +96,18 @@ def sequence_balance(probabilities: torch.Tensor, chosen: torch.Tensor) -> torch
     return (share * probabilities.mean(1)).sum(-1).mean()
 
 
-class MoEBlock(nn.Module):
-    """Pre-norm causal self-attention (as gpt.Block's, its qkv grouped by head) and the
-    mixture of experts, each added to the residual stream."""
-
-    #: Tensor parallel splits attention's heads; the router and the experts stay whole.
-    tp_plan = {"qkv": "colwise", "proj": "rowwise"}
+class MoEBlock(Attention):
+    """Pre-norm causal self-attention (gpt.py's) and the mixture of experts, each added to the
+    residual stream. Tensor parallel splits attention's heads; the router and the experts stay
+    whole."""
 
     def __init__(self, width: int, heads: int, experts: int = EXPERTS, top_k: int = TOP_K):
-        super().__init__()
-        self.heads, self.head_width = heads, width // heads
-        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        super().__init__(width, heads)
+        self.norm2 = nn.LayerNorm(width)
         self.moe = MoEFeedForward(width, experts, top_k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, -1, 3, self.head_width).permute(3, 0, 2, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, -1))
+        x = self.attend(x)
         return x + self.moe(self.norm2(x))
 
 
