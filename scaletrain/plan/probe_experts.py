@@ -103,8 +103,8 @@ def _flop_share(module, step) -> float:
     total = sum(by_module.get("Global", {}).values())
     experts = 0
     for path in expert_modules(module):
-        # The counter names a module by its class path from the root ("Model.blocks.0.moe.experts").
-        found = next((v for k, v in by_module.items() if k.endswith("." + path) or k == path), {})
+        # The counter names a module by the root's class, then its path ("MoEGPT.1.moe.experts").
+        found = next((v for k, v in by_module.items() if k.partition(".")[2] == path), {})
         experts += sum(found.values())
     return experts / total if total else 0.0
 

@@ -111,25 +111,22 @@ class MoEBlock(Attention):
         return x + self.moe(self.norm2(x))
 
 
-class MoEGPT(nn.Module):
-    """Embedding, mixture-of-experts blocks, head; returns `MoEOutput`."""
+class MoEGPT(nn.Sequential):
+    """Embedding, mixture-of-experts blocks, head — an `nn.Sequential`, as gpt.py's model, so
+    that FSDP shards it block by block and the plan's probe measures it unit by unit; its
+    forward returns `MoEOutput`."""
 
     def __init__(self, width: int = 64, layers: int = 2, heads: int = 4, experts: int = EXPERTS, top_k: int = TOP_K,
                  context: int = CONTEXT, balance_coef: float = BALANCE_COEF):
-        super().__init__()
+        super().__init__(Embedding(width, context), *[MoEBlock(width, heads, experts, top_k) for _ in range(layers)],
+                         Head(width))
         self.balance_coef = balance_coef
-        self.embed = Embedding(width, context)
-        self.blocks = nn.ModuleList(MoEBlock(width, heads, experts, top_k) for _ in range(layers))
-        self.head = Head(width)
 
     def forward(self, ids: torch.Tensor) -> MoEOutput:
-        x = self.embed(ids)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(x)
+        logits = super().forward(ids)
         if not self.training:
             return MoEOutput(logits, None)
-        balance = torch.stack([block.moe.balance for block in self.blocks]).mean()
+        balance = torch.stack([block.moe.balance for block in self if isinstance(block, MoEBlock)]).mean()
         return MoEOutput(logits, self.balance_coef * balance)
 
 
