@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from ..measure.footprint import Footprint
-from .probe_experts import ExpertFacts, facts_from_dict, with_all_to_all
+from .probe_experts import ExpertFacts, facts_from_dict, with_job_facts
 from .probe_link import Link, link_from_rows
 
 @dataclass(frozen=True)
@@ -223,9 +223,8 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
                  tp_step=tp, attention_fraction=single.get("attention_fraction", 0.0),
                  ring_ratio={int(cp): r for cp, r in single.get("ring_ratio", {}).items()}, ring_mesh=ring,
-                 experts=with_all_to_all(facts_from_dict(single.get("experts")),
-                                         next((j["all_to_all_rows"] for j in jobs.values() if j.get("all_to_all_rows")),
-                                              None)))
+                 experts=with_job_facts(facts_from_dict(single.get("experts")),
+                                        next((j for j in jobs.values() if j.get("all_to_all_rows")), None)))
 
 
 def _sizes(rows) -> tuple:

@@ -13,7 +13,12 @@
   through expert parallel's dispatch with one process's group (no exchange), against the same
   steps computed by the module's own forward, in alternating blocks;
 - the all-to-all between the job's processes at sizes from a latency's to a few megabytes,
-  timed as `scaletrain comm` times it (a line through them: latency and bandwidth).
+  timed as `scaletrain comm` times it (a line through them: latency and bandwidth);
+- a real step of the model under expert parallel across the job's processes (fsdp, ep = the
+  job's processes), as a run prepares it: what it takes beyond the plan's own prediction of it —
+  the ranks waiting for each other at every all-to-all, the dispatch's bookkeeping on the
+  job's threads, whatever else the model does not see of that step — is expert parallel's
+  machinery at that degree (as tensor parallel's step across the job is its own).
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ class ExpertFacts:
     all_to_all: tuple = ()
     """((bytes per process, seconds), ...) across the job of several processes."""
     all_to_all_world: int = 0
+    mesh_step_s: float = 0.0
+    """A real expert-parallel step across the job of several processes (0: not measured)."""
+    mesh_world: int = 0
+    mesh_threads: int = 0
 
     def imbalance(self, ep: int) -> float:
         """The busiest process's experts' tokens over the mean, at `ep` (mean over layers):
@@ -138,6 +147,7 @@ def expert_facts(module, batches, loss_fn, steps: int) -> dict:
         started = time.perf_counter()
         for _ in range(count):
             step()
+            load.step_done()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return (time.perf_counter() - started) / count
@@ -173,23 +183,69 @@ def _dispatched_alone(experts, hidden_states, top_k_index, top_k_weights):
     return dispatch_and_combine(experts, hidden_states, top_k_index, top_k_weights, None, 1)
 
 
-def all_to_all_rows(module, device: torch.device, iters: int, budget_s: float) -> dict:
-    """{"all_to_all_rows": [...]} across the job's processes for a mixture of experts, {} otherwise."""
+def job_facts(module, workload, batches, loss_fn, run, steps: int, warmup: int, iters: int,
+              budget_s: float) -> dict:
+    """{"all_to_all_rows": [...], "expert_mesh_step_s": seconds} across the job's processes for
+    a mixture of experts, {} otherwise (every rank alike)."""
     from ..comm.runner import iterations_for, time_op
     from ..parallel.experts import is_mixture
 
     if not is_mixture(module):
         return {}
-    rows = [time_op("all_to_all", size, device, warmup=2,
-                    iters=iterations_for("all_to_all", size, device, iters, budget_s)) for size in ALL_TO_ALL_SIZES]
-    return {"all_to_all_rows": rows}
+    rows = [time_op("all_to_all", size, run.device, warmup=2,
+                    iters=iterations_for("all_to_all", size, run.device, iters, budget_s)) for size in ALL_TO_ALL_SIZES]
+    found = {"all_to_all_rows": rows}
+    seconds = mesh_step_seconds(workload, batches, loss_fn, run, steps, warmup)
+    if seconds is not None:  # the ranks wait for each other at every all-to-all: one figure
+        found["expert_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
+    return found
 
 
-def with_all_to_all(facts: Optional[ExpertFacts], rows: Optional[list]) -> Optional[ExpertFacts]:
-    """The one-process job's facts with the job of several processes' all-to-all."""
-    if facts is None or not rows:
+def mesh_step_seconds(workload, batches, loss_fn, run, steps: int, warmup: int) -> Optional[float]:
+    """Mean seconds of a training step of a fresh model prepared as `fsdp` with `ep` = every
+    process of the job prepares it (parallelize, on a topology of its own); None where the
+    experts do not split so."""
+    from ..parallel import ParallelConfig, Topology, parallelize
+    from ..parallel.config import FSDP
+    from ..parallel.dims import ParallelDims
+    from ..parallel.experts import expert_count, expert_modules
+    from ..strategies.fsdp import FSDPOptions
+    from ..train.optimizer import adam
+
+    ep = run.world_size
+    model = workload.build_model()
+    if any(expert_count(m) % ep for m in expert_modules(model).values()):
+        return None
+    dims = ParallelDims(dp_shard=ep, ep=ep)
+    optimizer = adam(model.parameters(), lr=workload.lr)
+    prepared = parallelize(ParallelConfig("fsdp", FSDPOptions(ep=ep), dims, FSDP), Topology(dims, run.ctx), model,
+                           optimizer)
+
+    def step() -> None:
+        inputs, targets = next(batches)
+        optimizer.zero_grad(set_to_none=True)
+        prepared.forward_backward(inputs, targets, loss_fn)
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    run.barrier()
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    return (time.perf_counter() - started) / steps
+
+
+def with_job_facts(facts: Optional[ExpertFacts], job: Optional[dict]) -> Optional[ExpertFacts]:
+    """The one-process job's facts with the job of several processes' all-to-all and step."""
+    if facts is None or not job:
         return facts
     from dataclasses import replace
 
+    rows = job["all_to_all_rows"]
     return replace(facts, all_to_all=tuple((r["bytes"], r["seconds"]) for r in rows),
-                   all_to_all_world=rows[0]["world_size"])
+                   all_to_all_world=rows[0]["world_size"], mesh_step_s=job.get("expert_mesh_step_s", 0.0),
+                   mesh_world=job["world_size"] if job.get("expert_mesh_step_s") else 0,
+                   mesh_threads=job["threads"] if job.get("expert_mesh_step_s") else 0)

@@ -35,7 +35,7 @@ from ..memory.allocator import described as described_allocator
 from ..parallel.tensor_parallel import declared_plan
 from ..train.optimizer import adam
 from .overheads import fsdp_step_seconds, same_batches, tp_step_seconds
-from .probe_experts import all_to_all_rows, expert_facts
+from .probe_experts import expert_facts, job_facts
 from .probe_link import FSDP_OPS
 from .probe_model_facts import model_facts
 
@@ -225,7 +225,8 @@ def _layout_facts(run, workload, model, optimizer, batches, loss_fn, spec: dict,
     grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
     if run.world_size > 1 and not spec.get("steps_only"):  # (across hosts: the steps; the links on their own)
         result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
-        result.update(all_to_all_rows(module, run.device, LINK_ITERS, LINK_SECONDS_PER_SIZE))
+        result.update(job_facts(module, workload, batches, loss_fn, run, min(steps, spec["steps"]), spec["warmup"],
+                                LINK_ITERS, LINK_SECONDS_PER_SIZE))
         result.update(_ring_facts(module, split(next(batches))[0], run))
         if declared_plan(module):
             # Tensor parallel across every process of the job, as it waits in a real run.

@@ -7,7 +7,9 @@
 Each configuration trains every model STEPS steps on this process's data-parallel share of the
 global batches, counting the tokens each expert received (all processes' counts summed after
 every step); rank 0 prints `RESULT {json}`: the worst parameter difference over ranks, every
-step's loss difference, whether every step's tokens per expert equal the reference's.
+step's loss difference, whether every step's tokens per expert equal the reference's; and
+`META {json}`: whether the built-in built on the meta device and materialised as each process's
+share starts from exactly an ordinary build's weights.
 
 On 2 processes the built-in also trains at ep 2 with checkpoints (full and sharded) after step 1
 and its state at the end (DIR/uninterrupted); `resume` loads each checkpoint into one process
@@ -79,6 +81,15 @@ def equivalence(root: Path) -> None:
                           "experts_held": run.describe().get("expert_parallel")}
             if dist.get_rank() == 0:
                 print("RESULT " + json.dumps(result), flush=True)
+    with scaletrain.init(strategy="fsdp", ep=2) as run:  # built on the meta device, each process its own share
+        with run.meta_device():
+            model = MODELS["stdlib-moe"]()
+        model, _ = run.setup(model, optimizer_for(model))
+        ordinary = MODELS["stdlib-moe"]().state_dict()
+        same = all(torch.equal(v, ordinary[k]) for k, v in full_parameters(run.unwrap(model)).items())
+        same = worst(0.0 if same else 1.0) == 0.0
+    if dist.get_rank() == 0:
+        print("META " + json.dumps({"world": world, "same_start": same}), flush=True)
     if world == 2:  # the checkpoint run, ep 2
         with scaletrain.init(strategy="fsdp", ep=2, seed=0) as run:
             train(run, "stdlib-moe", root)

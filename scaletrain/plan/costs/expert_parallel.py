@@ -10,11 +10,15 @@ the model (plan/probe_experts.py).
   checkpointing dispatches once more. At the all-to-all's latency and bandwidth as the probe's
   job of several processes timed it (else the all-reduce's). On the critical path: an expert
   cannot start before its rows arrive, and the layer's next step needs them back;
-- what the dispatch's bookkeeping adds to a step (measured on one process), on cores shared as
-  the arithmetic's are;
-- the slowest process's share of the experts' arithmetic: each layer waits for the process
-  whose experts received the most rows — the experts' share of the step's arithmetic (counted)
-  times the busiest group's load over the mean (the probe's routing, grouped as `ep` groups);
+- its machinery: where the probe's job of several processes ran a real expert-parallel step on
+  as many processes (ep = all of them, as many threads), what that step took beyond this model's
+  prediction of it — the ranks waiting for each other at every all-to-all, the dispatch's
+  bookkeeping, and whatever else of that step the terms do not see (as tensor parallel's
+  measured step is its machinery); elsewhere the parts modelled: the dispatch's bookkeeping
+  (measured on one process), on cores shared as the arithmetic's are, and the slowest process's
+  share of the experts' arithmetic — each layer waits for the process whose experts received
+  the most rows: the experts' share of the step's arithmetic (counted) times the busiest
+  group's load over the mean (the probe's routing, grouped as `ep` groups);
 - what FSDP no longer gathers: the experts are split by expert parallel, so FSDP gathers each
   process's experts (1/ep of them) over the dp_shard × cp ÷ ep processes that hold the same
   ones, instead of every expert over dp_shard × cp — the difference taken off FSDP's own
@@ -27,11 +31,14 @@ A model without experts, or experts that do not split `ep` ways, cannot run so (
 
 from __future__ import annotations
 
-from ...parallel.config import ParallelConfig
-from ...parallel.dims import DP_SHARD, EP
+from typing import Optional
+
+from ...parallel.config import FSDP, ParallelConfig
+from ...parallel.dims import DP_SHARD, EP, ParallelDims
 from .. import formulas as f
-from ..probe import Probe
+from ..probe import MeshStep, Probe
 from .registry import CostTerms, register
+from .step import beyond_the_model
 from .terms import Step, Terms
 
 #: Row buffers of one layer kept for backward: the rows sent, those received, and the
@@ -85,15 +92,38 @@ def fsdp_gathers_saved(step: Step) -> float:
                                                                        grads / dims.ep, left))
 
 
-def terms(step: Step) -> Terms:
+def measured_machinery(step: Step) -> Optional[float]:
+    """What the probe's real expert-parallel step across its job took beyond this model's
+    prediction of it, where that step is this configuration's degree and world on as many
+    threads; None elsewhere."""
     facts, config, s = step.probe.experts, step.config, step.s
+    if not facts.mesh_step_s or config.dims.ep != facts.mesh_world or config.world_size != facts.mesh_world \
+            or s.threads != facts.mesh_threads or s.nodes > 1:
+        return None
+    from ...strategies.fsdp import FSDPOptions
+
+    world = facts.mesh_world
+    measured = ParallelConfig("fsdp", FSDPOptions(ep=world), ParallelDims(dp_shard=world, ep=world), FSDP)
+    return beyond_the_model(step.probe, MeshStep(world, facts.mesh_threads, facts.mesh_step_s), measured)
+
+
+def machinery_seconds(step: Step) -> float:
+    """The dispatch's bookkeeping and the ranks waiting for the busiest (see the module's text)."""
+    facts, config, s = step.probe.experts, step.config, step.s
+    recomputed = _recomputed(config)
+    measured = measured_machinery(step)
+    if measured is not None:
+        return measured * s.oversubscription * (1 + recomputed / 2)
+    bookkeeping = facts.dispatch_s * step.token_share * s.oversubscription * (1 + recomputed)
+    return bookkeeping + facts.flop_share * step.compute.fb_s * step.work_share * (facts.imbalance(config.dims.ep) - 1)
+
+
+def terms(step: Step) -> Terms:
     comm = all_to_all_seconds(step)
-    machinery = facts.dispatch_s * step.token_share * s.oversubscription * (1 + _recomputed(config))
-    imbalance = facts.flop_share * step.compute.fb_s * step.work_share * (facts.imbalance(config.dims.ep) - 1)
     saved = fsdp_gathers_saved(step)
     exposed = comm - saved * (1 - step.machine.overlap)
-    return Terms(compute_s=machinery + imbalance, comm_s=comm - saved, exposed_s=exposed,
-                 note=f"experts' all-to-all over ep {config.dims.ep}")
+    return Terms(compute_s=machinery_seconds(step) if step.machinery else 0.0, comm_s=comm - saved, exposed_s=exposed,
+                 note=f"experts' all-to-all over ep {step.config.dims.ep}")
 
 
 def transient_bytes(probe: Probe, config: ParallelConfig, held: float, largest_unit: float, largest_tensor: float,
