@@ -1,11 +1,14 @@
-"""Expert parallel and mixtures of experts: ep 2 and fsdp 4 × ep 2 equal one process step by step
-(the built-in stdlib-moe, a Hugging Face Mixtral and Qwen3-MoE; parameters within 1e-5 after 3
-optimizer steps, every step's loss, and the same tokens per expert at every step: the same
-routing); a checkpoint written at ep 2 resumes at ep 1 and ends where the uninterrupted run ends;
-`--ep` that does not divide the experts, or given a dense model, is one line before anything
+"""Expert parallel and mixtures of experts: ep 2, fsdp 4 × ep 2, HSDP × ep and TP × ep equal
+one process step by step (the built-in stdlib-moe, a Hugging Face Mixtral and Qwen3-MoE;
+parameters within 1e-5 after 3 optimizer steps, every step's loss, and the same tokens per
+expert at every step: the same routing), built whole or on the meta device; a checkpoint
+written at ep 2 resumes at ep 1 and ends where the uninterrupted run ends; `--ep` that does not
+divide the experts, given a dense model, or to the cluster planner is one line before anything
 starts; `scaletrain train --workload stdlib-moe --ep 2` trains from the command line and its
-records, summary.json and `scaletrain report` show the tokens each expert received; the borrowed
-dimension's layout and the planner's terms as pure values."""
+records, summary.json and `scaletrain report` show the tokens each expert received (blocks
+recomputed under activation checkpointing not counted twice); the borrowed dimension's layout
+and the planner's terms as pure values; a Hugging Face MoE from its config keeps its balance
+loss."""
 
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ def test_expert_parallel_equals_one_process_and_resumes_at_ep_1(tmp_path):
     run([sys.executable, str(worker), str(tmp_path), "resume"], timeout=200, check=True)
     cases = {(r["mesh"], r["model"]) for r in found}
     assert cases == {("dp_shard 2 with ep 2", m) for m in ("stdlib-moe", "mixtral", "qwen3-moe")} | \
-        {("dp_shard 4 with ep 2", m) for m in ("stdlib-moe", "mixtral")}, cases
+        {("dp_shard 4 with ep 2", m) for m in ("stdlib-moe", "mixtral")} | \
+        {("dp_replicate 2 × dp_shard 2 with ep 2", "stdlib-moe"), ("dp_shard 2 × tp 2 with ep 2", "stdlib-moe")}, cases
     for r in found:
         assert r["param_diff"] < ATOL and max(r["loss_diffs"]) < ATOL, r
         assert r["same_routing"], r  # every step, the same tokens per expert as one process

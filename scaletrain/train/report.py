@@ -204,14 +204,14 @@ def expert_load(record: dict) -> str:
     tokens = record.get("expert_tokens")
     if not tokens:
         return ""
-    first = "/".join(f"{v:g}" for v in tokens[0][:8]) + ("/…" if len(tokens[0]) > 8 else "")
+    first = "/".join(f"{v:.0f}" for v in tokens[0][:8]) + ("/…" if len(tokens[0]) > 8 else "")
     return f"  experts {first} max/mean {record['expert_load_max_over_mean']:.2f}"
 
 
 def _expert_tokens(summary: dict) -> str:
     """'layer 0: 131/125/…, layer 1: …; max/mean 1.05 (per step)' for the summary table."""
     layers = summary["expert_tokens_per_step"]
-    shown = "; ".join(f"layer {i}: " + "/".join(f"{v:g}" for v in layer) for i, layer in enumerate(layers[:4]))
+    shown = "; ".join(f"layer {i}: " + "/".join(f"{v:.0f}" for v in layer) for i, layer in enumerate(layers[:4]))
     more = f"; … {len(layers) - 4} more layer(s)" if len(layers) > 4 else ""
     return f"{shown}{more} per step; max/mean {summary['expert_load_max_over_mean']:.2f} (summary.json holds all)"
 

@@ -1,7 +1,7 @@
 """Expert parallel against one process (moe_reference.py).
 
     torchrun --nproc-per-node 2 expert_equivalence.py DIR   # ep 2: three models; then the checkpoint run
-    torchrun --nproc-per-node 4 expert_equivalence.py DIR   # fsdp 4 × ep 2: two models
+    torchrun --nproc-per-node 4 expert_equivalence.py DIR   # fsdp 4 × ep 2: two models; HSDP × ep, TP × ep
     python expert_equivalence.py DIR resume                 # ep 1, one process, from ep 2's checkpoints
 
 Each configuration trains every model STEPS steps on this process's data-parallel share of the
@@ -32,7 +32,9 @@ from moe_reference import (GLOBAL_BATCH, MODELS, STEPS, batches, full_parameters
 from scaletrain.parallel.expert_load import ExpertLoad  # noqa: E402
 
 CONFIGS = {2: [("fsdp", {"ep": 2}, ("stdlib-moe", "mixtral", "qwen3-moe"))],
-           4: [("fsdp", {"ep": 2}, ("stdlib-moe", "mixtral"))]}
+           4: [("fsdp", {"ep": 2}, ("stdlib-moe", "mixtral")),
+               ("fsdp", {"dp_replicate": 2, "ep": 2}, ("stdlib-moe",)),  # HSDP: experts replicated across replicas
+               ("fsdp", {"tp": 2, "ep": 2}, ("stdlib-moe",))]}           # TP splits attention, ep the experts
 SAVE_AT = 1
 LAYOUTS = ("full", "sharded")
 
