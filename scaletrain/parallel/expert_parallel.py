@@ -28,7 +28,7 @@ from torch import nn
 from .config import ParallelConfig
 from .dims import EP
 from .expert_dispatch import dispatch_and_combine
-from .experts import check_expert_parallel, expert_count, expert_modules, WEIGHTS
+from .experts import WEIGHTS, check_expert_parallel, expert_count, expert_modules
 from .part import ModelPart
 from .topology import Topology
 

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaletrain  # noqa: E402
-from moe_reference import (GLOBAL_BATCH, MODELS, STEPS, batches, full_parameters, optimizer_for,  # noqa: E402
+from moe_reference import (GLOBAL_BATCH, MODELS, batches, full_parameters, optimizer_for,  # noqa: E402
                            reference, step_args)
 from scaletrain.parallel.expert_load import ExpertLoad  # noqa: E402
 
