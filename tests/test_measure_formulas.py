@@ -22,7 +22,7 @@ from scaletrain.plan.verdict import verdicts
 @pytest.mark.parametrize("op,n,factor", [
     ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
     ("all_gather", 2, 0.5), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75),
-    ("broadcast", 8, 1.0), ("sendrecv", 2, 1.0),
+    ("broadcast", 8, 1.0), ("sendrecv", 2, 1.0), ("all_to_all", 4, 0.75),
 ])
 def test_bus_factors_are_the_nccl_tests_ones(op, n, factor):
     assert bus_factor(op, n) == pytest.approx(factor)
@@ -31,7 +31,7 @@ def test_bus_factors_are_the_nccl_tests_ones(op, n, factor):
 
 def test_unknown_collective_is_a_usage_error():
     with pytest.raises(UsageError, match="--ops"):
-        bus_factor("all_to_all", 2)
+        bus_factor("gather", 2)
 
 
 def test_sizes_parse_lists_and_power_of_4_ranges():

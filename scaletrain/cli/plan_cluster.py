@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from ..foundation.errors import UsageError
 from .parsing import positive_int
 
 CLUSTER_SEQ_LEN = 8192  # --seq-len's default with --hardware
@@ -71,6 +72,9 @@ def cluster_request(args: argparse.Namespace):
     from ..plan.cluster.search import Fixed
     from ..plan.cluster.software import software_of
 
+    if getattr(args, "ep", None) is not None:  # not dropped without a word
+        raise UsageError(f"--ep {args.ep}: the cluster planner (--hardware) does not cost expert parallel yet; plan it "
+                         "on this machine's processes (scaletrain plan --ep without --hardware), or drop --ep")
     software = software_of(args.torch, args.attention, args.loss, args.compile, args.layer_kernels, args.gqa,
                            args.reduce_dtype)
     fixed = Fixed(strategy=_strategy(args.strategy), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,

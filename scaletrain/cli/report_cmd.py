@@ -75,5 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # a log file: the whole table on one line per run, not squeezed to 80
         console.width = 160
     console.print(shown)
+    for line in table.expert_lines(runs):
+        console.print(f"tokens per expert per step, {line}", soft_wrap=True)
     console.print(f"wrote {', '.join(str(p) for p in written)} and {out / 'comparison.md'}", soft_wrap=True)
     return 0

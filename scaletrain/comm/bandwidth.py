@@ -10,6 +10,7 @@ that busbw can be compared with the link's speed whatever the number of ranks n:
     reduce_scatter  (n-1)/n
     broadcast       1
     sendrecv        1
+    all_to_all      (n-1)/n      (each rank keeps 1/n of its S bytes, sends the rest; not run by default)
 """
 
 from __future__ import annotations
@@ -19,23 +20,25 @@ import re
 from ..foundation.errors import UsageError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv")
+#: Every collective `--ops` may name: the default ones, and expert parallel's all-to-all.
+KNOWN_OPS = (*OPS, "all_to_all")
 
 
 def bus_factor(op: str, n: int) -> float:
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     if op in ("broadcast", "sendrecv"):
         return 1.0
-    raise UsageError(f"unknown collective {op!r}; choose from: {', '.join(OPS)} (--ops)")
+    raise UsageError(f"unknown collective {op!r}; choose from: {', '.join(KNOWN_OPS)} (--ops)")
 
 
 def buffer_bytes(op: str, nbytes: int, n: int) -> float:
     """Bytes of the buffers one rank holds for `op` at message size `nbytes` on `n` ranks
     (see comm.collectives: all_gather's and reduce_scatter's S is the whole, each rank's
     part S/n; a send/recv ring holds a buffer to send and one to receive)."""
-    parts = {"all_gather": 1 + 1 / n, "reduce_scatter": 1 + 1 / n, "sendrecv": 2.0}
+    parts = {"all_gather": 1 + 1 / n, "reduce_scatter": 1 + 1 / n, "sendrecv": 2.0, "all_to_all": 2.0}
     return nbytes * parts.get(op, 1.0)
 
 

@@ -1,7 +1,9 @@
 """One collective at one message size: buffers made once, the operation run many times.
 
 Sizes follow nccl-tests: for all_gather S is the gathered output (each rank gives S/n), for
-reduce_scatter S is the input (each rank keeps S/n), for the rest S is each rank's buffer.
+reduce_scatter S is the input (each rank keeps S/n), for the rest S is each rank's buffer (for
+all_to_all: each rank sends S/n to every rank and receives as much, as expert parallel's
+dispatch does).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def make_op(op: str, nbytes: int, device: torch.device) -> tuple[Callable[[], No
         full = torch.ones(count, dtype=DTYPE, device=device)
         part = torch.empty(count // n, dtype=DTYPE, device=device)
         return (lambda: _reduce_scatter(part, full)), size
+    if op == "all_to_all":
+        send = torch.ones(count, dtype=DTYPE, device=device)
+        recv = torch.empty(count, dtype=DTYPE, device=device)
+        return (lambda: dist.all_to_all_single(recv, send)), size
     if op == "broadcast":
         buf = torch.ones(count, dtype=DTYPE, device=device)
         return (lambda: dist.broadcast(buf, src=0)), size

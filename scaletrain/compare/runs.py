@@ -72,7 +72,7 @@ def load_run(folder: Path) -> RunRecord:
 #: Fields of a record that are figures: a number or null (NaN/inf are written as null).
 NUMERIC = ("step", "total_steps", "epoch", "epochs", "lr", "train_loss", "samples_per_second", "eta_seconds",
            "epoch_seconds", "wall_seconds", "eval_samples", "eval_loss", "eval_accuracy", "eval_perplexity",
-           "tflops_per_second", "mfu")
+           "tflops_per_second", "mfu", "expert_load_max_over_mean")
 
 
 def _record(line: str, last: bool) -> tuple[Optional[dict], Optional[str]]:
@@ -96,7 +96,8 @@ def _record(line: str, last: bool) -> tuple[Optional[dict], Optional[str]]:
 #: Fields of summary.json that the table and the labels read, and the type each must have.
 SUMMARY_FIELDS = {"strategy": (str,), "world_size": (int,), "nnodes": (int,), "nproc_per_node": (int,),
                   "final_accuracy": (int, float), "final_loss": (int, float), "samples_per_second": (int, float),
-                  "wall_seconds": (int, float)}
+                  "wall_seconds": (int, float), "expert_load_max_over_mean": (int, float),
+                  "expert_tokens_per_step": (list,)}
 
 
 def _read(path: Path) -> str:

@@ -25,7 +25,25 @@ def rows(runs: list[RunRecord]) -> list[list[str]]:
 def markdown(runs: list[RunRecord]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in rows(runs)]
+    experts = expert_lines(runs)
+    if experts:
+        lines += ["", "Tokens each expert received per step (a mixture of experts' load balance):", ""]
+        lines += [f"- {line}" for line in experts]
     return "\n".join(lines) + "\n"
+
+
+def expert_lines(runs: list[RunRecord]) -> list[str]:
+    """For each run of a mixture of experts: its layers' tokens per expert per step, and the
+    worst layer's largest expert over the mean (1.00: balanced)."""
+    lines = []
+    for run in runs:
+        layers = run.summary.get("expert_tokens_per_step")
+        if not layers:
+            continue
+        shown = "; ".join(f"layer {i}: " + "/".join(f"{v:g}" for v in layer) for i, layer in enumerate(layers))
+        ratio = run.summary.get("expert_load_max_over_mean")
+        lines.append(f"{run.label}: {shown}" + (f" (max/mean {ratio:.2f})" if ratio is not None else ""))
+    return lines
 
 
 def _number(value: Optional[float], spec: str) -> str:

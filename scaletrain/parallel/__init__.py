@@ -14,6 +14,8 @@ this fixed order, each where the configuration (`ParallelConfig`) enables it:
                    everything that wraps or shards them)
 3. tensor_parallel split each layer's matrices across the "tp" dimension
 4. context_parallel split each sequence across the "cp" dimension, attention round a ring
+   expert_parallel  split a mixture of experts' experts across the "ep" dimension (borrowed
+                   from dp_shard × cp), tokens sent to them and back by all-to-all
 5. activation_checkpointing  keep only each block's input for backward, recompute the rest
 6. compile         torch.compile block by block, in place
    chunked_loss    a Hugging Face causal LM's own loss taken from its logits a chunk of
@@ -49,6 +51,7 @@ from .compile import Compile
 from .config import SPLIT, ParallelConfig
 from .context_parallel import ContextParallel
 from .data_parallel import DataParallel
+from .expert_parallel import ExpertParallel
 from .float8 import Float8Training
 from .fused_norms import FusedNorms
 from .lm_loss import ChunkedLoss
@@ -69,6 +72,7 @@ PARALLELISMS = [
     Float8Training(),
     TensorParallel(),
     ContextParallel(),
+    ExpertParallel(),
     ActivationCheckpointing(),
     Compile(),
     ChunkedLoss(),

@@ -11,7 +11,10 @@ compilation): DistributedDataParallel, or FSDP2 over the mesh's data-parallel di
   across groups), with dp_shard 1 replication by FSDP's means. It composes
   with tensor parallel (2-D parameters) and with pipeline stages, which DDP does not.
   Sharding each block separately lets one block's all-gather overlap another's compute
-  and keeps one block's full parameters alive at a time.
+  and keeps one block's full parameters alive at a time. Modules a borrowing dimension split
+  (`ModelPart.sharded_apart`: expert parallel's experts) are groups of their own, first,
+  sharded over the processes that dimension leaves; their gradients, already summed over its
+  groups, are divided by every data-parallel process.
 """
 
 from __future__ import annotations
@@ -100,6 +103,15 @@ def _apply_fsdp(part: ModelPart, config: ParallelConfig, topology: Topology) -> 
 
         kwargs["offload_policy"] = CPUOffloadPolicy()
     module = part.module
+    for path, borrowing in part.sharded_apart.items():
+        apart = fully_shard(module.get_submodule(path), **{**kwargs, "mesh": topology.data_parallel_mesh(borrowing)})
+        # Every data-parallel process's gradients reach these weights: by the all-to-all's
+        # backward within the borrowing dimension's group, by this group's reduction beyond it.
+        apart.set_gradient_divide_factor(float(dims.dp_replicate * dims.lent(borrowing)))
+        if topology.ctx.backend != "nccl" and dims.lent(borrowing) > dims[borrowing]:
+            # Reduce-scattered with a factor of its own is NCCL's PREMUL_SUM: Gloo sums, then
+            # divides. (Not over one process: torch 2.13 divides that copy already, and again.)
+            apart.set_force_sum_reduction_for_comms(True)
     blocks, tied = blocks_sharded_alone(module, model_blocks(module))
     for name in blocks:
         fully_shard(module.get_submodule(name), **kwargs)

@@ -42,3 +42,7 @@ class ModelPart:
     tp_rules: dict = field(default_factory=dict)
     """Tensor parallel's rules ({module path or pattern: style}), read from the whole model
     before any cut."""
+    sharded_apart: dict = field(default_factory=dict)
+    """{module path: borrowing dimension}: modules whose parameters a parallelism split over a
+    dimension that borrows the data-parallel processes (expert parallel's experts, over "ep"):
+    FSDP shards each over the processes that dimension leaves, as a group of its own."""

@@ -47,6 +47,39 @@ def tree_all_reduce_seconds(nbytes: float, n: int, busbw: float, alpha: float) -
     return 2 * nbytes / busbw + 2 * math.log2(n) * alpha
 
 
+def all_to_all_seconds(nbytes: float, n: int, busbw: float, alpha: float) -> float:
+    """All-to-all of S bytes per process (each keeps S/n, sends S/n to each of the n-1 others):
+    (n-1)/n × S / busbw + (n-1) × alpha; nothing on one process."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return (n - 1) / n * nbytes / busbw + (n - 1) * alpha
+
+
+def expert_dispatch_bytes(tokens: float, top_k: int, width: int, element_bytes: int) -> float:
+    """The rows one process's dispatch (or combine) all-to-all moves for `tokens` tokens: each
+    token once per expert it chose (dropless: every choice travels), `width` elements of
+    `element_bytes`; (ep-1)/ep of them leave the process (all_to_all_seconds)."""
+    return tokens * top_k * width * element_bytes
+
+
+#: All-to-alls of an expert-parallel layer per step: forward's dispatch and combine, and
+#: backward's, which send the gradients back the same ways.
+EXPERT_ALL_TO_ALLS = 4
+
+
+def expert_parallel_seconds(tokens: float, top_k: int, width: int, element_bytes: int, layers: int, ep: int,
+                            busbw: float, alpha: float, recomputed: float = 0.0) -> float:
+    """One step's all-to-alls of `layers` mixture-of-experts layers over `ep` processes, each
+    process routing `tokens` tokens: four of the dispatched rows per layer (dispatch and
+    combine, forward and backward) and forward's small exchange of the counts; a layer
+    computed again in backward (`recomputed`: the share of layers activation checkpointing
+    recomputes) dispatches and combines once more. Both planners' expert-parallel term."""
+    rows = expert_dispatch_bytes(tokens, top_k, width, element_bytes)
+    per_layer = (EXPERT_ALL_TO_ALLS + 2 * recomputed) * all_to_all_seconds(rows, ep, busbw, alpha)
+    counts = (1 + recomputed) * (ep - 1) * alpha
+    return layers * (per_layer + counts)
+
+
 def ddp_buckets(grad_tensor_bytes: list[int], first: int = DDP_FIRST_BUCKET_BYTES,
                 cap: int = DDP_BUCKET_BYTES) -> list[int]:
     """Sizes of the messages DDP sends: gradients in backward order, packed into a bucket

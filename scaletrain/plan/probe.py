@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from ..measure.footprint import Footprint
+from .probe_experts import ExpertFacts, facts_from_dict, with_job_facts
 from .probe_link import Link, link_from_rows
 
 @dataclass(frozen=True)
@@ -115,6 +116,9 @@ class Probe:
     ring_mesh: Optional[MeshStep] = None
     """The same ratio for a real ring across the processes of the job of several (`step_s`
     holds the ratio): communication and waiting included."""
+    experts: Optional[ExpertFacts] = None
+    """A mixture of experts' shapes, routing, dispatch and all-to-all (probe_experts.py; None:
+    a dense model)."""
 
     @property
     def step_s(self) -> dict:
@@ -184,7 +188,8 @@ def probe_from_dict(doc: dict) -> Probe:
                  network_fsdp_step=MeshStep(**doc["network_fsdp_step"]) if doc.get("network_fsdp_step") else None,
                  attention_fraction=doc.get("attention_fraction", 0.0),
                  ring_ratio={int(cp): r for cp, r in doc.get("ring_ratio", {}).items()},
-                 ring_mesh=MeshStep(**doc["ring_mesh"]) if doc.get("ring_mesh") else None)
+                 ring_mesh=MeshStep(**doc["ring_mesh"]) if doc.get("ring_mesh") else None,
+                 experts=facts_from_dict(doc.get("experts")))
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -217,7 +222,9 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  fsdp_peak_world_size=fsdp.get("world_size", 0),
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
                  tp_step=tp, attention_fraction=single.get("attention_fraction", 0.0),
-                 ring_ratio={int(cp): r for cp, r in single.get("ring_ratio", {}).items()}, ring_mesh=ring)
+                 ring_ratio={int(cp): r for cp, r in single.get("ring_ratio", {}).items()}, ring_mesh=ring,
+                 experts=with_job_facts(facts_from_dict(single.get("experts")),
+                                        next((j for j in jobs.values() if j.get("all_to_all_rows")), None)))
 
 
 def _sizes(rows) -> tuple:

@@ -29,7 +29,7 @@ from ..foundation.options import build, check_choice, check_count, declared, opt
 from ..foundation.text_values import factory_name, non_negative_int, on_off, positive_int, reshard_value
 from ..parallel import ParallelConfig, Prepared, Topology, parallelize
 from ..parallel.checkpointing import MODES as AC_MODES
-from ..parallel.dims import BY_NAME, CP, DP_REPLICATE, DP_SHARD, MESH_DIMS, TP, ParallelDims, resolve_dims
+from ..parallel.dims import BY_NAME, CP, DP_REPLICATE, DP_SHARD, EP, MESH_DIMS, TP, ParallelDims, resolve_dims
 from ..parallel.float8 import check_float8
 from ..parallel.precision import PRECISIONS
 from ..process.process_context import ProcessContext
@@ -101,6 +101,7 @@ class MeshOptions(CommonOptions):
     dp_replicate: Optional[int] = degree(DP_REPLICATE)
     dp_shard: Optional[int] = degree(DP_SHARD)
     cp: Optional[int] = degree(CP)
+    ep: Optional[int] = degree(EP)
     reshard_after_forward: Optional[Any] = option(
         None, "FSDP after each block's forward: true frees the gathered parameters (ZeRO-3, least memory), false "
               "keeps them for backward (ZeRO-2: one all-gather less per block), N keeps them sharded N ways "
@@ -171,8 +172,8 @@ class Strategy:
         takes = {f.name for f in declared(self.Options)}
         for name in MESH_DIMS:
             if values.get(name) is not None and name not in takes:
-                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')} or tp (FSDP over dp_shard × cp)" if name == CP
-                                        else f"{arg('strategy', 'fsdp')}, tp or pipeline")
+                hint = self.instead.get(name, f"{arg('strategy', 'fsdp')} or tp (FSDP over dp_shard × cp)"
+                                        if name in (CP, EP) else f"{arg('strategy', 'fsdp')}, tp or pipeline")
                 raise UsageError(f"{arg(name, values[name])} does not apply to {arg('strategy', self.name)}; "
                                  f"use {hint}")
 
@@ -221,6 +222,10 @@ class Strategy:
             raise UsageError(f"{arg('cp', dims.cp)} does not compose with {arg('strategy', self.name)}: its stages run "
                              f"micro-batches of whole sequences; use {arg('strategy', 'fsdp')} with {arg('cp')} (and "
                              f"{arg('tp')}), or drop {arg('cp')}")
+        if dims.ep > 1 and self.pipelined:
+            raise UsageError(f"{arg('ep', dims.ep)} does not compose with {arg('strategy', self.name)}: its stages "
+                             f"would each need the experts' all-to-all; use {arg('strategy', 'fsdp')} with "
+                             f"{arg('ep')} (and {arg('tp')}), or drop {arg('ep')}")
         if getattr(self.options, "parallelize", None) is not None and dims.tp == 1:
             raise UsageError(f"{arg('parallelize')} is a tensor-parallel plan, but this run has no tensor parallel "
                              f"(tp 1): give {arg('tp', 2)} or more, or leave {arg('parallelize')} out")
@@ -235,6 +240,7 @@ class Strategy:
         """Raise UsageError for a model or batch size this strategy cannot split. `model` may
         be built on the meta device: only its structure and shapes are read."""
         from ..parallel.context_parallel import check_context_parallel
+        from ..parallel.experts import check_expert_parallel, is_mixture
         from ..parallel.tensor_parallel import check_tensor_parallel
 
         dims = self.dims(world_size)
@@ -242,6 +248,14 @@ class Strategy:
             check_tensor_parallel(model, dims.tp, getattr(self.options, "parallelize", None))
         if model is not None and dims.cp > 1:
             check_context_parallel(model)
+        if model is not None and dims.ep > 1:
+            check_expert_parallel(model, dims.ep)
+        if model is not None and self.pipelined and is_mixture(model):
+            # A stage's units pass one tensor on: the router's balance loss of the earlier
+            # stages would not reach the loss, and the experts' tokens could not be counted.
+            raise UsageError(f"{type(model).__name__} is a mixture of experts, which {arg('strategy', self.name)} does "
+                             f"not cut into stages here (its router's balance loss would be lost between them); use "
+                             f"{arg('strategy', 'fsdp')} (with {arg('ep')}), ddp or tp")
 
     def preflight(self, world_size: int, model: Optional[nn.Module] = None, batch_size: Optional[int] = None) -> None:
         """Every check that can run in the parent, before processes start."""

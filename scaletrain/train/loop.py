@@ -17,6 +17,7 @@ from ..data.batches import batch_size_of
 from ..foundation.errors import UsageError, arg
 from ..foundation.text_values import AUTO
 from ..memory.allocator import described as described_allocator, described_reason as allocator_reason
+from ..parallel.expert_load import ExpertLoad
 from ..parallel.meta_init import uninitialisable
 from ..process.startup_time import command_age
 from ..process.startup_timeline import mark
@@ -86,6 +87,8 @@ class Trainer:
                                                                self.reporter.say)
         if self.reporter.start_at(run.steps_taken, self.start["epoch"]):  # metrics.jsonl never holds a step twice
             run.trackers.resumed(run.steps_taken)
+        # A mixture of experts: the tokens each expert receives (nothing for a dense model).
+        self.load = ExpertLoad(run.unwrap(self.model), run.device, run.topology.dims.tp)
         self.recorder = StepRecorder(config.log_every_steps, config.log_every_seconds, self.last_step,
                                      run.steps_taken, run.data_parallel_size, _rank_has_loss(run))
         self.utilisation = Utilisation(run, self.global_batch)  # FLOPs counted on the second step, MFU
@@ -141,6 +144,8 @@ class Trainer:
         self.train_seconds += seconds
         self.trained_samples += epoch_samples
         self.finite.check(run.steps_taken)
+        if self.load:
+            self.load.sync()
         self._evaluate(epoch, seconds, epoch_samples)
 
     def _step(self, batch, epoch: int) -> None:
@@ -156,13 +161,18 @@ class Trainer:
             mark("rank: first step done")
         totals["steps"] += 1
         totals["samples"] += batch_size_of(batch)
+        if self.load:
+            self.load.step_done()
         if self.finite.due(run.steps_taken):  # every rank at the same step: a collective
             self.finite.check(run.steps_taken)
+            if self.load:
+                self.load.sync()
         if run.is_main and self.recorder.due(run.steps_taken):
             record = self.recorder.record(run.steps_taken, epoch, self.epochs, totals["loss_sum"], totals["steps"],
                                           totals["samples"], self.optimizer.param_groups[0].get("lr"))
             self.reporter.step({**record, **self.utilisation.fields(record["samples_per_second"]),
-                                "wall_seconds": self.wall(), "memory_bytes": run.memory.current()})
+                                "wall_seconds": self.wall(), "memory_bytes": run.memory.current(),
+                                **self.load.record()})
         self.checkpoints.after_step(self.model, self.optimizer, self.loader, totals)
 
     def _evaluate(self, epoch: int, seconds: float, epoch_samples: float) -> None:
@@ -200,6 +210,7 @@ class Trainer:
             "samples_per_second": rate,
             "train_seconds": self.train_seconds,
             **self.utilisation.summary(rate),
+            **self.load.summary(),
             "startup_seconds": self.startup_seconds,
             "allocator": described_allocator(),  # the CPU memory allocator the processes ran with
             "allocator_reason": allocator_reason(),  # and why

@@ -112,7 +112,8 @@ class Reporter:
         with writing(self.out / METRICS_FILE):
             append_jsonl(self.out / METRICS_FILE, strict_json(record))
         scalars = {"train/lr": record["lr"], "train/samples_per_second": record["samples_per_second"],
-                   "train/tflops_per_second": record.get("tflops_per_second"), "train/mfu": record.get("mfu")}
+                   "train/tflops_per_second": record.get("tflops_per_second"), "train/mfu": record.get("mfu"),
+                   "train/expert_load_max_over_mean": record.get("expert_load_max_over_mean")}
         if "train_loss" in record:
             scalars["train/loss"] = record["train_loss"]
         self.trackers.log({k: v for k, v in scalars.items() if v is not None}, record["step"])
@@ -121,7 +122,7 @@ class Reporter:
             lr = f"  lr {record['lr']:.3g}" if record["lr"] is not None else ""
             mfu = f"  MFU {record['mfu']:.1%}" if record.get("mfu") is not None else ""
             print(f"step {record['step']:>6}/{record['total_steps']}  epoch {record['epoch']}/{record['epochs']}  "
-                  f"{loss}{lr}  {record['samples_per_second']:,.0f} samples/s{mfu}  "
+                  f"{loss}{lr}  {record['samples_per_second']:,.0f} samples/s{mfu}{expert_load(record)}  "
                   f"ETA {format_eta(record['eta_seconds'])}", flush=True)
 
     def epoch(self, record: dict) -> None:
@@ -176,6 +177,7 @@ class Reporter:
             ("TFLOP/s, MFU", _utilisation(summary)),
             ("start-up to first step", _seconds(summary.get("startup_seconds"), "from the command")),
             *([("peak memory / process", _peak_memory(summary))] if summary.get("peak_memory_bytes") else []),
+            *([("tokens per expert", _expert_tokens(summary))] if summary.get("expert_tokens_per_step") else []),
             ("wall time", f"{summary['wall_seconds']:.1f} s from the command"),
             ("written", str(self.out / SUMMARY_FILE)),
         ]
@@ -194,6 +196,24 @@ def _utilisation(summary: dict) -> str:
         return text + f", MFU {summary['mfu']:.1%} (peak {summary['peak_tflops_per_second']:.3g} TFLOP/s: " \
                       f"{summary['peak_source']})"
     return text + f"; no MFU: {summary.get('mfu_note')}"
+
+
+def expert_load(record: dict) -> str:
+    """A step line's mixture-of-experts part: '  experts 131/125/… max/mean 1.05' (the first layer's
+    tokens per expert, the worst layer's balance), '' for a dense model."""
+    tokens = record.get("expert_tokens")
+    if not tokens:
+        return ""
+    first = "/".join(f"{v:.0f}" for v in tokens[0][:8]) + ("/…" if len(tokens[0]) > 8 else "")
+    return f"  experts {first} max/mean {record['expert_load_max_over_mean']:.2f}"
+
+
+def _expert_tokens(summary: dict) -> str:
+    """'layer 0: 131/125/…, layer 1: …; max/mean 1.05 (per step)' for the summary table."""
+    layers = summary["expert_tokens_per_step"]
+    shown = "; ".join(f"layer {i}: " + "/".join(f"{v:.0f}" for v in layer) for i, layer in enumerate(layers[:4]))
+    more = f"; … {len(layers) - 4} more layer(s)" if len(layers) > 4 else ""
+    return f"{shown}{more} per step; max/mean {summary['expert_load_max_over_mean']:.2f} (summary.json holds all)"
 
 
 def _peak_memory(summary: dict) -> str:

@@ -14,6 +14,7 @@ from .digits import digits_datasets
 from .factories import build_user_datasets, build_user_model
 from .gpt import byte_gpt
 from .models import cifar_cnn, digits_cnn, digits_mlp, wide_mlp
+from .moe_gpt import EXPERTS, TOP_K, byte_moe
 from .synthetic import synthetic_images
 from .text import CONTEXT, check_seq_len, stdlib_text_datasets
 
@@ -78,9 +79,20 @@ def stdlib_gpt(seq_len: int = CONTEXT) -> Workload:
                     batch_size=max(1, BATCH_TOKENS // seq_len))
 
 
+def stdlib_moe(seq_len: int = CONTEXT) -> Workload:
+    check_seq_len(seq_len)
+    return Workload("stdlib-moe", f"a byte-level mixture of experts (the stdlib-gpt's attention, 2 blocks whose "
+                    f"feed-forwards are {EXPERTS} experts, each token routed to {TOP_K}; 0.47 M parameters) on the "
+                    "standard library's source, its router's balance loss added: held-out loss and perplexity, the "
+                    f"tokens each expert received; {CONTEXT} tokens per sequence, or --seq-len; --ep splits its "
+                    "experts", partial(byte_moe, context=seq_len), partial(stdlib_text_datasets, context=seq_len),
+                    lr=3e-3, epochs=1, task="lm", seq_len=seq_len, batch_size=max(1, BATCH_TOKENS // seq_len))
+
+
 #: The language models, by the tokens per sequence they are built for.
-SEQUENCE_WORKLOADS: dict[str, Callable[[int], Workload]] = {"stdlib-gpt": stdlib_gpt}
+SEQUENCE_WORKLOADS: dict[str, Callable[[int], Workload]] = {"stdlib-gpt": stdlib_gpt, "stdlib-moe": stdlib_moe}
 BUILTIN["stdlib-gpt"] = stdlib_gpt()
+BUILTIN["stdlib-moe"] = stdlib_moe()
 
 
 def get_workload(name: str, model: Optional[str] = None, dataset: Optional[str] = None,

@@ -37,28 +37,42 @@ class Embedding(nn.Module):
         return self.tokens(ids) + self.positions[token_positions(ids.shape[1], ids.device)]
 
 
-class Block(nn.Module):
-    """Pre-norm causal self-attention and MLP, each added to the residual stream.
+class Attention(nn.Module):
+    """Pre-norm causal self-attention, added to the residual stream (a block's first half).
 
     The qkv projection's outputs are grouped by head ([q k v] of head 0, then of head 1, ...)
     so that tensor parallel's column split gives each process whole heads: the forward
     counts the heads it finds (all of them, or its share) instead of assuming them."""
 
-    #: Tensor parallel: heads and hidden units split by columns, the projections back by rows.
-    tp_plan = {"qkv": "colwise", "proj": "rowwise", "mlp.0": "colwise", "mlp.2": "rowwise"}
+    #: Tensor parallel: heads split by columns, the projection back by rows.
+    tp_plan = {"qkv": "colwise", "proj": "rowwise"}
 
     def __init__(self, width: int, heads: int):
         super().__init__()
         self.heads, self.head_width = heads, width // heads
-        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.norm1 = nn.LayerNorm(width)
         self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def attend(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, -1, 3, self.head_width).permute(3, 0, 2, 1, 4)
         attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, -1))
+        return x + self.proj(attended.transpose(1, 2).reshape(b, t, -1))
+
+
+class Block(Attention):
+    """Pre-norm causal self-attention and MLP, each added to the residual stream."""
+
+    #: Tensor parallel: heads and hidden units split by columns, the projections back by rows.
+    tp_plan = {**Attention.tp_plan, "mlp.0": "colwise", "mlp.2": "rowwise"}
+
+    def __init__(self, width: int, heads: int):
+        super().__init__(width, heads)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.attend(x)
         return x + self.mlp(self.norm2(x))
 
 

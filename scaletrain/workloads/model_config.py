@@ -1,7 +1,10 @@
 """`scaletrain train --model-config NAME|FILE`: a Hugging Face causal language model built from
 a config (a transformers config.json, or the built-in llama3-8b/70b/405b shapes: Llama 3.1's
 configs), trained on synthetic tokens of `--seq-len` — the model the cluster planner plans,
-run as it plans it (speed work: the tokens are random, the loss is the model's own)."""
+run as it plans it (speed work: the tokens are random, the loss is the model's own). A mixture
+of experts (Mixtral, Qwen3-MoE) trains with its router's balance loss: `output_router_logits`
+on, so that the model's own loss adds `router_aux_loss_coef` (the config's; 0 turns it off)
+times it."""
 
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ def hf_config(name_or_file: str):
     path = Path(name_or_file)
     data = json.loads((path / "config.json" if path.is_dir() else path).read_text())
     kind = data.pop("model_type")
+    if shape.experts:  # published configs turn it off, for inference
+        data["output_router_logits"] = True
     return AutoConfig.for_model(kind, **data), shape
 
 

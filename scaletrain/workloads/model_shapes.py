@@ -17,7 +17,7 @@ from typing import Optional
 from ..foundation.errors import UsageError
 
 #: model_type values of each family (transformers' names).
-LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2", "phi3", "granite",
+LLAMA_STYLE = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "olmo", "olmo2", "phi3", "granite",
                "cohere", "starcoder2", "internlm2", "deepseek", "yi", "smollm3"}
 GPT_STYLE = {"gpt2", "gpt_neox", "gptj", "gpt_neo", "mpt", "opt", "bloom", "falcon", "gpt_bigcode", "codegen", "phi"}
 ENCODERS = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta", "t5",
@@ -40,6 +40,12 @@ class ModelShape:
     bias: bool = False  # GPT-style: biases on every linear layer
     learned_positions: bool = False
     dropout: float = 0.0
+    experts: int = 0
+    """A mixture of experts' experts per layer (0: a dense feed-forward of `ffn`)."""
+    experts_per_token: int = 0
+    """The top-k experts each token is routed to."""
+    expert_ffn: int = 0
+    """Each expert's hidden units."""
 
     @property
     def parameters(self) -> int:
@@ -47,6 +53,8 @@ class ModelShape:
         h, d = self.hidden, self.head_dim
         attention = h * d * (self.heads + 2 * self.kv_heads) + self.heads * d * h
         mlp = (3 if self.family == "llama" else 2) * h * self.ffn
+        if self.experts:  # every expert's gated feed-forward, and the router
+            mlp = 3 * h * self.expert_ffn * self.experts + h * self.experts
         norms = 2 * h * (1 if self.family == "llama" else 2)
         biases = (d * (self.heads + 2 * self.kv_heads) + h + self.ffn + h) if self.bias else 0
         layer = attention + mlp + norms + biases
@@ -143,13 +151,19 @@ def shape_from_config(config: dict, name: str = "model") -> ModelShape:
         raise UsageError(f"{where}: {', '.join(wrong)}: every size of the model must be a positive whole number")
     if heads % kv:
         raise UsageError(f"{where}: {heads} attention heads do not divide into {kv} key-value heads")
+    experts = int(_get(config, "num_local_experts", "num_experts", default=0) or 0)
+    if experts and kind == "qwen3_moe" and (config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1):
+        raise UsageError(f"{where}: a Qwen3-MoE whose layers are not all mixtures (mlp_only_layers, "
+                         "decoder_sparse_step) is not supported; give every layer experts")
     gpt = family == "gpt"
     return ModelShape(name=name, family=family, hidden=hidden, layers=layers, heads=heads, kv_heads=kv,
                       head_dim=head_dim, ffn=ffn, vocab=vocab, max_positions=positions,
                       tie_embeddings=bool(config.get("tie_word_embeddings", gpt)),
                       bias=gpt and not config.get("no_bias", False), learned_positions=kind in ("gpt2", "opt",
                                                                                                "gpt_bigcode"),
-                      dropout=float(_get(config, "resid_pdrop", "hidden_dropout", default=0.0) or 0.0) if gpt else 0.0)
+                      dropout=float(_get(config, "resid_pdrop", "hidden_dropout", default=0.0) or 0.0) if gpt else 0.0,
+                      experts=experts, experts_per_token=int(_get(config, "num_experts_per_tok", default=2)) if experts
+                      else 0, expert_ffn=int(_get(config, "moe_intermediate_size", default=ffn)) if experts else 0)
 
 
 def megatron_gpt(hidden: int, layers: int, heads: int, vocab: int = 51200, seq: int = 2048,

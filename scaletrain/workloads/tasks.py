@@ -43,15 +43,18 @@ class Task:
             return None
 
         def loss(output, *targets):
-            # A Hugging Face model's output holds its logits: the language-model loss takes them.
+            # A Hugging Face model's output holds its logits: the language-model loss takes them;
+            # a mixture of experts' (the built-in stdlib-moe's) also its router's balance loss.
             logits = getattr(output, "logits", None) if self.name == "lm" else None
+            aux = getattr(output, "aux_loss", None) if self.name == "lm" else None
             if isinstance(logits, torch.Tensor):
                 output = logits
             if not isinstance(output, torch.Tensor):
                 raise UsageError(f"--task {self.name} needs the model to return {self.wants}, but it returned a "
                                  f"{type(output).__name__}; for a model that computes its own loss use --task own")
             try:
-                return self.loss(output, *targets)
+                value = self.loss(output, *targets)
+                return value + aux if isinstance(aux, torch.Tensor) else value
             except (RuntimeError, ValueError, IndexError) as exc:
                 shapes = [tuple(t.shape) for t in targets if isinstance(t, torch.Tensor)]
                 if not shapes or not any(w in str(exc) for w in ("shape", "size", "dimension", "Expected", "out of")):

@@ -10,6 +10,7 @@ from . import (  # noqa: F401 - imported to register their cost terms
     compile,
     context_parallel,
     data_parallel,
+    expert_parallel,
     float8,
     fused_norms,
     local_devices,
