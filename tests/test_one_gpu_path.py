@@ -42,9 +42,21 @@ def _batch(vocab: int = 256, tokens: int = 16, batch: int = 2, seed: int = 1) ->
     return {"input_ids": ids, "labels": labels}
 
 
-def _train(strategy: str, steps: int = 3, vocab: int = 256, **options) -> tuple[dict, list]:
+def mixtral(vocab: int = 256):
+    """A mixture of experts whose loss, given labels, adds its router's balance loss."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    config = MixtralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                           num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
+                           router_aux_loss_coef=0.5, attn_implementation="sdpa", use_cache=False)
+    return MixtralForCausalLM(config)
+
+
+def _train(strategy: str, steps: int = 3, vocab: int = 256, build=llama, **options) -> tuple[dict, list]:
     with scaletrain.init(strategy=strategy, **options) as run:
-        model = llama(vocab)
+        model = build(vocab)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
         model, optimizer = run.setup(model, optimizer)
         losses = [float(run.train_step(model, optimizer, _batch(vocab, seed=step))) for step in range(steps)]
@@ -163,18 +175,22 @@ def test_chunked_loss_is_transformers_loss(monkeypatch):
         torch.testing.assert_close(grads[1][1], grads[0][1])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_models_own_loss_taken_chunked_trains_alike(monkeypatch, precision):
+@pytest.mark.parametrize("precision,build", [("fp32", llama), ("bf16", llama), ("fp32", mixtral)])
+def test_the_models_own_loss_taken_chunked_trains_alike(monkeypatch, precision, build):
     """A Hugging Face causal LM given labels: its loss computed by scaletrain from its logits,
-    chunked, equals the model's own; the parameters after 3 steps too."""
+    chunked, equals the model's own (a mixture of experts' with its router's balance loss); the
+    parameters after 3 steps too."""
     from scaletrain.data import lm_loss
 
     monkeypatch.setattr(lm_loss, "CHUNK_ELEMENTS", 5 * 256)
-    chunked, chunked_losses = _train("single", precision=precision, fused_norms=False)
-    own, own_losses = _train("single", precision=precision, chunked_loss=False, fused_norms=False)
+    chunked, chunked_losses = _train("single", build=build, precision=precision, fused_norms=False)
+    own, own_losses = _train("single", build=build, precision=precision, chunked_loss=False, fused_norms=False)
     torch.testing.assert_close(torch.tensor(chunked_losses), torch.tensor(own_losses), rtol=1e-5, atol=1e-5)
-    for key in own:  # (Adam's steps of 1e-2 magnify round-off in the smallest gradients)
-        torch.testing.assert_close(chunked[key], own[key], rtol=1e-4, atol=5e-5)
+    # (Adam's steps of 1e-2 magnify round-off in the smallest gradients: an expert's row that
+    # a token barely reached moves by up to 1e-4 on a sign of round-off)
+    atol = 2e-4 if build is mixtral else 5e-5
+    for key in own:
+        torch.testing.assert_close(chunked[key], own[key], rtol=1e-4, atol=atol)
 
 
 def _step_peak(chunked: bool, vocab: int = 32768) -> tuple[int, float]:

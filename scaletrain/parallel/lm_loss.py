@@ -8,7 +8,8 @@ what Llama, Mistral, Qwen, Gemma and most causal LMs use), scaletrain takes the 
 `shift_labels`, `num_items_in_batch`, as context parallel passes them) out of the call, lets
 the model return its logits, and puts on its output the same loss computed chunk by chunk:
 transformers' semantics (labels shifted by one, -100 ignored, mean or sum ÷ items), to
-float round-off. A model with a loss of its own is left to it. Applied before the
+float round-off, with a mixture of experts' router balance loss added as the model adds it. A
+model with a loss of its own is left to it. Applied before the
 data-parallel wrappers (hooks on the model itself, under any wrapper); not to pipeline
 stages, whose loss the schedule computes.
 """
@@ -52,8 +53,16 @@ class _OwnLoss:
         logits = getattr(output, "logits", None)
         if taken is None or logits is None:
             return output
-        output["loss"] = causal_lm_loss(logits, taken.get("labels"), taken.get("shift_labels"),
-                                        taken.get("num_items_in_batch"), chunked=True)
+        loss = causal_lm_loss(logits, taken.get("labels"), taken.get("shift_labels"),
+                              taken.get("num_items_in_batch"), chunked=True)
+        # A mixture of experts adds its router's balance loss to the loss it computes from
+        # labels (Mixtral's, Qwen3-MoE's: `router_aux_loss_coef` × `aux_loss`); without the
+        # labels it only returns it, so it is added here as the model would have.
+        aux = getattr(output, "aux_loss", None)
+        coef = getattr(getattr(module, "config", None), "router_aux_loss_coef", None)
+        if aux is not None and coef:
+            loss = loss + coef * aux.to(loss.device)
+        output["loss"] = loss
         return output
 
 
