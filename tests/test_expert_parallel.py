@@ -169,7 +169,7 @@ def test_the_plan_costs_expert_parallel_by_its_terms():
     facts = ExpertFacts(layers=2, experts=4, top_k=2, width=64, tokens_per_sample=16, element_bytes=4,
                         param_bytes=2 * MB, flop_share=0.4, counts=((30, 10, 10, 30), (20, 20, 20, 20)),
                         dispatch_s=0.002, all_to_all=((4096, 1e-4), (1 << 20, 6e-4)), all_to_all_world=2)
-    p = replace(base, experts=facts)
+    p = replace(base, facts={"expert_parallel": {"alone": facts.as_dict(), "job": None}})
     plain, ep2 = predict(p, "fsdp", 2, options()), predict(p, "fsdp", 2, options(), {"ep": 2})
     assert predict(base, "fsdp", 2, options(), {"ep": 2}) is None  # a dense model has no experts to split
     assert ep2.global_batch == plain.global_batch and ep2.mesh == "dp_shard 2 with ep 2"
@@ -187,6 +187,7 @@ def test_the_plan_costs_expert_parallel_by_its_terms():
     assert predict(probe_from_dict(p.as_dict()), "fsdp", 2, options(), {"ep": 2}) == ep2
     # Where the probe's job ran a real ep 2 step on its 2 processes, what it took beyond these terms
     # is the machinery: the step predicted for that configuration is the one measured.
-    measured = replace(p, experts=replace(facts, mesh_step_s=0.2, mesh_world=2, mesh_threads=ep2.threads))
+    stepped = replace(facts, mesh_step_s=0.2, mesh_world=2, mesh_threads=ep2.threads)
+    measured = replace(p, facts={"expert_parallel": {"alone": stepped.as_dict(), "job": None}})
     assert predict(measured, "fsdp", 2, options(), {"ep": 2}).step_s == pytest.approx(0.2)
     assert predict(measured, "fsdp", 2, options(), {"ep": 2, "activation_checkpointing": "full"}).step_s > 0.2

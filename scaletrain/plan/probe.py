@@ -14,7 +14,6 @@ from typing import Optional
 import torch
 
 from ..measure.footprint import Footprint
-from .probe_experts import ExpertFacts, facts_from_dict, with_job_facts
 from .probe_link import Link, link_from_rows
 
 @dataclass(frozen=True)
@@ -116,9 +115,10 @@ class Probe:
     ring_mesh: Optional[MeshStep] = None
     """The same ratio for a real ring across the processes of the job of several (`step_s`
     holds the ratio): communication and waiting included."""
-    experts: Optional[ExpertFacts] = None
-    """A mixture of experts' shapes, routing, dispatch and all-to-all (probe_experts.py; None:
-    a dense model)."""
+    facts: dict = field(default_factory=dict)
+    """What the parallelisms measure for their own cost terms (each cost module's registered
+    measurements, `costs/registry.py`), as measured: {name: {"alone": the one-process job's,
+    "job": the first job of several processes that measured it}}; each cost module reads its own."""
 
     @property
     def step_s(self) -> dict:
@@ -189,7 +189,7 @@ def probe_from_dict(doc: dict) -> Probe:
                  attention_fraction=doc.get("attention_fraction", 0.0),
                  ring_ratio={int(cp): r for cp, r in doc.get("ring_ratio", {}).items()},
                  ring_mesh=MeshStep(**doc["ring_mesh"]) if doc.get("ring_mesh") else None,
-                 experts=facts_from_dict(doc.get("experts")))
+                 facts=doc.get("facts") or {})
 
 
 def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, device_type: str, cores: int,
@@ -223,8 +223,16 @@ def probe_from_jobs(jobs: dict[int, dict], workload: str, batch_size: int, devic
                  fsdp_overhead_s=_overhead(single, "fsdp_step_s"), tp_overhead_s=_overhead(single, "tp_step_s"),
                  tp_step=tp, attention_fraction=single.get("attention_fraction", 0.0),
                  ring_ratio={int(cp): r for cp, r in single.get("ring_ratio", {}).items()}, ring_mesh=ring,
-                 experts=with_job_facts(facts_from_dict(single.get("experts")),
-                                        next((j for j in jobs.values() if j.get("all_to_all_rows")), None)))
+                 facts=_parallelisms_facts(single, [j for j in jobs.values() if j is not single]))
+
+
+def _parallelisms_facts(single: dict, several: list[dict]) -> dict:
+    """{name: {"alone": ..., "job": ...}}: what each parallelism measured in the one-process job
+    and in the first job of several processes that measured it."""
+    names = {*(single.get("parallelisms") or {}), *(n for j in several for n in j.get("parallelisms") or {})}
+    return {name: {"alone": (single.get("parallelisms") or {}).get(name),
+                   "job": next((j["parallelisms"][name] for j in several if (j.get("parallelisms") or {}).get(name)),
+                               None)} for name in sorted(names)}
 
 
 def _sizes(rows) -> tuple:

@@ -1,6 +1,8 @@
 """What a plan measures of a mixture of experts, for expert parallel's cost terms
-(costs/expert_parallel.py): in the probe's one-process job, the model's experts and its routing
-(`expert_facts`); in its job of several processes, the all-to-all (`all_to_all_rows`).
+(costs/expert_parallel.py, which registers these as its measurements): in the probe's
+one-process job, the model's experts and its routing (`expert_facts`); in its job of several
+processes, the all-to-all and a real expert-parallel step (`job_facts`); both read into one
+`ExpertFacts`, the probe's `facts["expert_parallel"]` (`read_facts`).
 
 - the experts' shapes: layers, experts, the top-k each token chooses, the width of a row the
   dispatch sends, the tokens of a sample, the stacked weights' bytes;
@@ -33,6 +35,9 @@ import torch
 
 #: Sizes the all-to-all is timed at (bytes per process): a latency's, then rows of experts.
 ALL_TO_ALL_SIZES = (4096, 256 * 1024, 1 << 20, 4 << 20)
+#: The all-to-all's timing at each size: at most this many iterations, or this many seconds.
+ALL_TO_ALL_ITERS = 200
+ALL_TO_ALL_SECONDS_PER_SIZE = 0.25
 #: Blocks of steps alternating the module's own forward and the dispatch's, and steps in each
 #: at most: the difference is a few percent of a step, told apart by the medians of the blocks.
 DISPATCH_BLOCKS = 3
@@ -118,8 +123,10 @@ def _flop_share(module, step) -> float:
     return experts / total if total else 0.0
 
 
-def expert_facts(module, batches, loss_fn, steps: int) -> dict:
-    """{"experts": ExpertFacts as a dict} for a mixture of experts, {} otherwise (one process)."""
+def expert_facts(context) -> dict:
+    """ExpertFacts as a dict for a mixture of experts, {} otherwise (the probe's job of one
+    process; `context`: costs.registry.ProbeContext)."""
+    module, batches, loss_fn, steps = context.module, context.batches, context.loss_fn, context.steps
     from ..data.batches import batch_size_of, call_model, compute_loss, move_to, split
     from ..parallel.expert_load import ExpertLoad
     from ..parallel.experts import expert_count, expert_modules
@@ -174,7 +181,7 @@ def expert_facts(module, batches, loss_fn, steps: int) -> dict:
                         flop_share=_flop_share(module, step), counts=tuple(map(tuple, load.total.tolist())),
                         dispatch_s=max(0.0, statistics.median(dispatched) - statistics.median(own)))
     module.zero_grad(set_to_none=True)
-    return {"experts": facts.as_dict()}
+    return facts.as_dict()
 
 
 def _dispatched_alone(experts, hidden_states, top_k_index, top_k_weights):
@@ -183,19 +190,22 @@ def _dispatched_alone(experts, hidden_states, top_k_index, top_k_weights):
     return dispatch_and_combine(experts, hidden_states, top_k_index, top_k_weights, None, 1)
 
 
-def job_facts(module, workload, batches, loss_fn, run, steps: int, warmup: int, iters: int,
-              budget_s: float) -> dict:
-    """{"all_to_all_rows": [...], "expert_mesh_step_s": seconds} across the job's processes for
-    a mixture of experts, {} otherwise (every rank alike)."""
+def job_facts(context) -> dict:
+    """{"all_to_all_rows": [...], "expert_mesh_step_s": seconds, "world_size", "threads"} across
+    the probe's job of several processes for a mixture of experts, {} otherwise (every rank
+    alike); `context`: costs.registry.ProbeContext."""
     from ..comm.runner import iterations_for, time_op
     from ..parallel.experts import is_mixture
 
-    if not is_mixture(module):
+    run = context.run
+    if not is_mixture(context.module):
         return {}
     rows = [time_op("all_to_all", size, run.device, warmup=2,
-                    iters=iterations_for("all_to_all", size, run.device, iters, budget_s)) for size in ALL_TO_ALL_SIZES]
-    found = {"all_to_all_rows": rows}
-    seconds = mesh_step_seconds(workload, batches, loss_fn, run, steps, warmup)
+                    iters=iterations_for("all_to_all", size, run.device, ALL_TO_ALL_ITERS, ALL_TO_ALL_SECONDS_PER_SIZE))
+            for size in ALL_TO_ALL_SIZES]
+    found = {"all_to_all_rows": rows, "world_size": run.world_size, "threads": run.threads}
+    seconds = mesh_step_seconds(context.workload, context.batches, context.loss_fn, run, context.steps,
+                                context.warmup)
     if seconds is not None:  # the ranks wait for each other at every all-to-all: one figure
         found["expert_mesh_step_s"] = run.mean(torch.tensor([seconds], dtype=torch.float64)).item()
     return found
@@ -238,8 +248,10 @@ def mesh_step_seconds(workload, batches, loss_fn, run, steps: int, warmup: int) 
     return (time.perf_counter() - started) / steps
 
 
-def with_job_facts(facts: Optional[ExpertFacts], job: Optional[dict]) -> Optional[ExpertFacts]:
-    """The one-process job's facts with the job of several processes' all-to-all and step."""
+def read_facts(alone: Optional[dict], job: Optional[dict]) -> Optional[ExpertFacts]:
+    """The one-process job's facts with the job of several processes' all-to-all and step (or
+    the facts a saved probe holds, with no job)."""
+    facts = facts_from_dict(alone)
     if facts is None or not job:
         return facts
     from dataclasses import replace

@@ -35,7 +35,7 @@ from ..memory.allocator import described as described_allocator, purge_delay, re
 from ..parallel.tensor_parallel import declared_plan
 from ..train.optimizer import adam
 from .overheads import fsdp_step_seconds, same_batches, tp_step_seconds
-from .probe_experts import expert_facts, job_facts
+from .costs.registry import ProbeContext, measured
 from .probe_link import FSDP_OPS
 from .probe_model_facts import model_facts
 
@@ -225,8 +225,9 @@ def _layout_facts(run, workload, model, optimizer, batches, loss_fn, spec: dict,
     grads = [p.numel() * p.element_size() for p in reversed(list(module.parameters())) if p.requires_grad]
     if run.world_size > 1 and not spec.get("steps_only"):  # (across hosts: the steps; the links on their own)
         result["link_rows"] = _link_rows(grads, max(block_bytes(module), default=0), run.device)
-        result.update(job_facts(module, workload, batches, loss_fn, run, min(steps, spec["steps"]), spec["warmup"],
-                                LINK_ITERS, LINK_SECONDS_PER_SIZE))
+        # What the parallelisms measure for their own cost terms (their registered measurements).
+        result["parallelisms"] = measured("measure_job", ProbeContext(module, workload, batches, loss_fn, run,
+                                                                      min(steps, spec["steps"]), spec["warmup"]))
         result.update(_ring_facts(module, split(next(batches))[0], run))
         if declared_plan(module):
             # Tensor parallel across every process of the job, as it waits in a real run.
@@ -245,7 +246,8 @@ def _layout_facts(run, workload, model, optimizer, batches, loss_fn, spec: dict,
         result.update(memory_constant_bytes=constant, memory_peak_bytes=run.memory.peak(),
                       allocator=described_allocator())
         result.update(model_facts(module, optimizer, batches, spec, loss_fn))
-        result.update(expert_facts(module, batches, loss_fn, min(steps, spec["steps"])))
+        result["parallelisms"] = measured("measure_alone", ProbeContext(module, workload, batches, loss_fn, run,
+                                                                        min(steps, spec["steps"]), spec["warmup"]))
         for key, measure in (("fsdp_step_s", fsdp_step_seconds), ("tp_step_s", tp_step_seconds)):
             seconds = measure(workload.build_model, workload.lr, batches, loss_fn, run.device,
                               min(steps, spec["steps"]), spec["warmup"])

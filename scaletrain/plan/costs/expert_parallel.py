@@ -37,9 +37,19 @@ from ...parallel.config import FSDP, ParallelConfig
 from ...parallel.dims import DP_SHARD, EP, ParallelDims
 from .. import formulas as f
 from ..probe import MeshStep, Probe
+from ..probe_experts import ExpertFacts, expert_facts, job_facts, read_facts
 from .registry import CostTerms, register
 from .step import beyond_the_model
 from .terms import Step, Terms
+
+#: Its name in PARALLELISMS, and where its measurements are on a probe (`probe.facts[NAME]`).
+NAME = "expert_parallel"
+
+
+def facts_of(probe: Probe) -> Optional[ExpertFacts]:
+    """The mixture's facts the probe measured (None: a dense model)."""
+    found = probe.facts.get(NAME)
+    return read_facts(found.get("alone"), found.get("job")) if found else None
 
 #: Row buffers of one layer kept for backward: the rows sent, those received, and the
 #: received ones regrouped expert by expert.
@@ -47,13 +57,13 @@ KEPT_ROW_BUFFERS = 3
 
 
 def runs(probe: Probe, config: ParallelConfig) -> bool:
-    facts = probe.experts
+    facts = facts_of(probe)
     return facts is not None and facts.experts % config.dims.ep == 0
 
 
 def _tokens(step: Step) -> float:
     """The tokens one process routes in a step (its batch, its share of each sequence)."""
-    facts = step.probe.experts
+    facts = facts_of(step.probe)
     return step.probe.batch_size * facts.tokens_per_sample * step.token_share
 
 
@@ -63,7 +73,7 @@ def _recomputed(config: ParallelConfig) -> float:
 
 
 def all_to_all_seconds(step: Step) -> float:
-    facts, config = step.probe.experts, step.config
+    facts, config = facts_of(step.probe), step.config
     group = step.s.group(config.dims.span(EP))
     measured = facts.link() if group.nodes == 1 else None
     alpha, busbw = measured if measured is not None else (group.alpha_s, None)
@@ -77,7 +87,7 @@ def all_to_all_seconds(step: Step) -> float:
 def fsdp_gathers_saved(step: Step) -> float:
     """FSDP's collectives of the experts over dp_shard × cp, less those of 1/ep of them over the
     processes expert parallel leaves."""
-    facts, dims = step.probe.experts, step.config.dims
+    facts, dims = facts_of(step.probe), step.config.dims
     shard = step.s.group(dims.span(DP_SHARD))
     grads = facts.param_bytes * step.probe.footprint.grad_bytes / max(1, step.probe.footprint.param_bytes)
     gathers = 1 if step.config.option("reshard_after_forward") is False else 2
@@ -96,7 +106,7 @@ def measured_machinery(step: Step) -> Optional[float]:
     """What the probe's real expert-parallel step across its job took beyond this model's
     prediction of it, where that step is this configuration's degree and world on as many
     threads; None elsewhere."""
-    facts, config, s = step.probe.experts, step.config, step.s
+    facts, config, s = facts_of(step.probe), step.config, step.s
     if not facts.mesh_step_s or config.dims.ep != facts.mesh_world or config.world_size != facts.mesh_world \
             or s.threads != facts.mesh_threads or s.nodes > 1:
         return None
@@ -109,7 +119,7 @@ def measured_machinery(step: Step) -> Optional[float]:
 
 def machinery_seconds(step: Step) -> float:
     """The dispatch's bookkeeping and the ranks waiting for the busiest (see the module's text)."""
-    facts, config, s = step.probe.experts, step.config, step.s
+    facts, config, s = facts_of(step.probe), step.config, step.s
     recomputed = _recomputed(config)
     measured = measured_machinery(step)
     if measured is not None:
@@ -128,7 +138,7 @@ def terms(step: Step) -> Terms:
 
 def transient_bytes(probe: Probe, config: ParallelConfig, held: float, largest_unit: float, largest_tensor: float,
                     shards: int) -> float:
-    facts = probe.experts
+    facts = facts_of(probe)
     tokens = probe.batch_size * facts.tokens_per_sample / config.dims.cp
     rows = f.expert_dispatch_bytes(tokens, facts.top_k, facts.width, facts.element_bytes)
     return KEPT_ROW_BUFFERS * rows * facts.layers
@@ -141,5 +151,5 @@ def candidates(world_size: int, batch_size: int, blocks: int, tensor_parallel: b
     return [("fsdp", {"ep": e}) for e in range(2, world_size + 1) if world_size % e == 0]
 
 
-COSTS = register(CostTerms("expert_parallel", runs=runs, terms=terms, transient_bytes=transient_bytes,
-                          candidates=candidates))
+COSTS = register(CostTerms(NAME, runs=runs, terms=terms, transient_bytes=transient_bytes,
+                          candidates=candidates, measure_alone=expert_facts, measure_job=job_facts))

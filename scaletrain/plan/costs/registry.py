@@ -10,7 +10,7 @@ A parallelism of `scaletrain.parallel.PARALLELISMS` with nothing registered has 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ...parallel import PARALLELISMS
 from ...parallel.config import ParallelConfig
@@ -53,6 +53,26 @@ class CostTerms:
     """(world, batch, blocks, tensor_parallel, sequence) -> [(strategy, options)] for --choose."""
     variants: Optional[Callable] = None
     """() -> [options]: each candidate again with each of these (checkpointing's modes)."""
+    measure_alone: Optional[Callable] = None
+    """(ProbeContext) -> dict (JSON): what its terms need measured in the probe's job of one
+    process ({}: nothing for this model)."""
+    measure_job: Optional[Callable] = None
+    """(ProbeContext) -> dict (JSON): the same in the probe's job of several processes. Both
+    reach its terms as `probe.facts[parallelism]`: {"alone": ..., "job": ...}."""
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """What a probe job hands a parallelism's measurements: the model as the job prepared it
+    (unwrapped), its workload, an endless iterator of batches, the loss, the job's `Run`, and
+    how many steps to time after how many of warm-up."""
+    module: Any
+    workload: Any
+    batches: Any
+    loss_fn: Any
+    run: Any
+    steps: int
+    warmup: int
 
 
 class NoCost(Exception):
@@ -92,6 +112,17 @@ def every() -> list[CostTerms]:
 def first(costs: list[CostTerms], answer: str) -> Optional[Callable]:
     """The function of the first of `costs` that gives `answer` (one of CostTerms' fields)."""
     return next((getattr(c, answer) for c in costs if getattr(c, answer) is not None), None)
+
+
+def measured(hook: str, context: ProbeContext) -> dict:
+    """{parallelism: what it measured} by every parallelism with the `hook` measurement
+    ("measure_alone" or "measure_job"), leaving out those with nothing to measure."""
+    found = {}
+    for costs in _REGISTERED.values():
+        measure = getattr(costs, hook)
+        if measure is not None and (facts := measure(context)):
+            found[costs.parallelism] = facts
+    return found
 
 
 def token_share(costs: list[CostTerms], config: ParallelConfig) -> float:
