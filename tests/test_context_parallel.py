@@ -61,7 +61,7 @@ def test_strategies_that_cannot_split_sequences_refuse_cp():
     assert strategies.implied_strategy({"cp": 2}) == "fsdp"
     dims = strategies.get_strategy("fsdp", cp=2).dims(8)
     assert (dims.dp_shard, dims.cp, dims.dp_size) == (4, 2, 4)
-    assert dims.coordinates(3) == {"pp": 0, "dp_replicate": 0, "dp_shard": 1, "cp": 1, "tp": 0}
+    assert dims.coordinates(3) == {"pp": 0, "dp_replicate": 0, "dp_shard": 1, "cp": 1, "tp": 0, "ep": 0}
     with pytest.raises(UsageError, match="cp=3"):
         strategies.get_strategy("tp", cp=3, tp=2).dims(4)
 

@@ -30,7 +30,7 @@ def run_in_process(argv, capsys) -> tuple[int, str]:
     (["bench", "--rounds", "0"], "--rounds"),
     (["bench", "--worth-at", "-1"], "--worth-at"),
     (["bench", "--comm", "/nonexistent/comm.json"], "--comm"),
-    (["comm", "--ops", "all_to_all"], "--ops"),
+    (["comm", "--ops", "all_to_none"], "--ops"),
     (["comm", "--sizes", "3Q"], "--sizes"),
     (["comm", "--nproc", "1"], "--nproc 2"),
     (["comm", "--backend", "nccl"], "nccl"),
