@@ -3,6 +3,8 @@ hardware profile and a model's shape — no GPU, no measurement, seconds on a la
 
     scaletrain plan --hardware h100-sxm-80g --gpus 64 --model-config llama3-8b \\
         --seq-len 8192 --global-batch 256 --choose
+    scaletrain plan --hardware h100-sxm-80g --gpus 64 --model-config mixtral-8x7b \\
+        --seq-len 4096 --global-batch 512 --choose        # a mixture of experts: --ep searched
 """
 
 from __future__ import annotations
@@ -12,14 +14,13 @@ import json
 import math
 from pathlib import Path
 
-from ..foundation.errors import UsageError
-from .parsing import positive_int
+from .parsing import positive_float, positive_int
 
 CLUSTER_SEQ_LEN = 8192  # --seq-len's default with --hardware
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags only a cluster plan reads (--tp, --pp, --dp-shard, --dp-replicate, --cp,
+    """The flags only a cluster plan reads (--tp, --pp, --dp-shard, --dp-replicate, --cp, --ep,
     --seq-len, --choose, --json, --out and --strategy are plan's own and mean the same here)."""
     g = p.add_argument_group("a GPU cluster (with --hardware: predicted from a hardware profile, nothing measured; "
                                  "the degrees not given, --cp for long sequences among them, are searched)")
@@ -28,14 +29,28 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs in all (default: one node's)")
     g.add_argument("--gpus-per-node", type=positive_int, metavar="G", help="GPUs per node (default: the profile's)")
     g.add_argument("--model-config", metavar="NAME|FILE",
-                   help="llama3-8b, llama3-70b, llama3-405b, or a transformers config.json (decoder-only)")
+                   help="llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b, or a transformers config.json "
+                        "(decoder-only; Mixtral and Qwen3-MoE mixtures of experts too)")
     g.add_argument("--global-batch", type=positive_int, metavar="B", help="sequences per optimizer step (default: 2 per GPU)")
     g.add_argument("--micro-batch", type=positive_int, metavar="M", help="sequences per forward on one GPU (default: searched)")
     g.add_argument("--activation-checkpointing", choices=["none", "selective", "full"],
                    help="default: each is predicted")
     g.add_argument("--schedule", choices=["1f1b", "interleaved"], help="pipeline schedule (default: both)")
     g.add_argument("--float8", action="store_true", help="float8 linear layers (GPUs with fp8 tensor cores)")
+    g.add_argument("--expert-load", type=_load, metavar="L",
+                   help="a mixture of experts under expert parallel: the busiest GPU's routed rows over the mean "
+                        "(default 1.0: balanced routing; a run's expert_load_max_over_mean in summary.json bounds it)")
     add_software_arguments(p)
+
+
+def _load(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value >= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the busiest GPU's rows over the mean, 1.0 (balanced) or more")
+    return value
 
 
 def add_software_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,15 +87,13 @@ def cluster_request(args: argparse.Namespace):
     from ..plan.cluster.search import Fixed
     from ..plan.cluster.software import software_of
 
-    if getattr(args, "ep", None) is not None:  # not dropped without a word
-        raise UsageError(f"--ep {args.ep}: the cluster planner (--hardware) does not cost expert parallel yet; plan it "
-                         "on this machine's processes (scaletrain plan --ep without --hardware), or drop --ep")
     software = software_of(args.torch, args.attention, args.loss, args.compile, args.layer_kernels, args.gqa,
                            args.reduce_dtype)
     fixed = Fixed(strategy=_strategy(args.strategy), tp=args.tp, pp=args.pp, cp=args.cp, dp_shard=args.dp_shard,
-                  dp_replicate=args.dp_replicate, microbatch=args.micro_batch,
+                  dp_replicate=args.dp_replicate, ep=getattr(args, "ep", None), microbatch=args.micro_batch,
                   checkpointing=args.activation_checkpointing, schedule=args.schedule, float8=args.float8,
-                  software=software)
+                  software=software,
+                  options=(("expert_load", args.expert_load),) if args.expert_load is not None else ())
     return ClusterRequest(args.hardware, args.model_config, args.gpus, args.gpus_per_node, args.seq_len or CLUSTER_SEQ_LEN,
                           args.global_batch, fixed)
 
@@ -139,6 +152,7 @@ def _print(predictions, scenario, best, runner_up, choose: bool, out) -> None:
               f"{best.mfu:.0%} (torch) / {best.mfu_published:.0%} (6N), step {best.step_seconds:.2f} s, "
               f"{best.memory_bytes / 2**30:.1f} GiB per GPU ({free:.0%} of the GPU free); 1T tokens in "
               f"{report.duration(report.trillion_tokens_seconds(best))}.")
+        print("  " + report.step_line(best))
         print("  " + report.memory_line(best))
         if runner_up:
             print(f"Runner-up: {runner_up.config.label()}, {runner_up.tokens_per_second_per_gpu:,.0f} tokens/s per "

@@ -24,6 +24,7 @@ from torch.utils.flop_counter import flop_registry
 from . import whole_work
 from .attention import (ATTENTION_BACKWARD_NAMES, ATTENTION_FLOPS, ATTENTION_NAMES, attention_backward_flops,
                         attention_flops, attention_shape)
+from .grouped_mm import GROUPED_MM_FLOPS
 
 aten = torch.ops.aten
 
@@ -38,9 +39,10 @@ ATTENTION = ATTENTION_NAMES - ATTENTION_BACKWARD_NAMES
 ATTENTION_BACKWARD = ATTENTION_BACKWARD_NAMES
 
 #: Formulas scaletrain gives instead of torch's (raw: they take the operator's arguments):
-#: every attention operator's, the same on every torch (flops/attention.py). For
+#: every attention operator's, the same on every torch (flops/attention.py), and the grouped
+#: products a mixture of experts runs, which torch does not count (flops/grouped_mm.py). For
 #: `FlopCounterMode(custom_mapping=CUSTOM_FLOPS)`, which counts as a run does.
-CUSTOM_FLOPS = dict(ATTENTION_FLOPS)
+CUSTOM_FLOPS = {**ATTENTION_FLOPS, **GROUPED_MM_FLOPS}
 
 
 def _dtensor_type():
@@ -146,14 +148,17 @@ class TraceMode(TorchDispatchMode):
     shapes, bytes and live memory a cost model needs (the planner); without it only the
     FLOPs by phase are kept (cheap enough for a run's one counted step). `batch` and
     `token_count`: a tensor whose first dimension is the batch, or with a dimension of
-    `token_count` (batch × sequence, flattened), is token-shaped, so that a planner can scale
-    a trace to other micro-batches."""
+    `token_count` (batch × sequence, flattened; or any of several such sizes, a tuple: a
+    mixture of experts' rows, tokens × top-k, and each expert's share of them), is
+    token-shaped, so that a planner can scale a trace to other micro-batches."""
 
-    def __init__(self, detail: bool = False, batch: Optional[int] = None, token_count: Optional[int] = None,
-                 fingerprints: bool = False):
+    def __init__(self, detail: bool = False, batch: Optional[int] = None,
+                 token_count: Optional[int | tuple] = None, fingerprints: bool = False):
         super().__init__()
         self.trace = StepTrace()
-        self.detail, self.batch, self.token_count = detail, batch, token_count
+        self.detail, self.batch = detail, batch
+        self.token_counts = frozenset(token_count if isinstance(token_count, tuple) else
+                                      () if token_count is None else (token_count,))
         self.fingerprints = fingerprints
         self._serial: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._next = 0
@@ -226,7 +231,7 @@ class TraceMode(TorchDispatchMode):
             return (-1, 0, False)
         serial = self._serial.get(storage)
         tokens = (self.batch is not None and t.dim() > 0 and t.shape[0] == self.batch) or \
-            (self.token_count is not None and self.token_count in _token_dims(t))
+            not self.token_counts.isdisjoint(_token_dims(t))
         size = t.numel() * t.element_size()
         if serial is None:
             serial = self._serial[storage] = self._next

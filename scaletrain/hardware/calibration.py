@@ -26,6 +26,8 @@ class Calibration:
     measured_at: str = ""
     cuda_version: str = ""
     attention_kernel: str = ""  # the kernels scaled_dot_product_attention ran ("": not recorded)
+    # rates already interpolated, by shape: a plan asks for the same few shapes thousands of times
+    _rates: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, data: dict, source: str) -> "Calibration":
@@ -51,6 +53,12 @@ class Calibration:
 
     def matmul_rate(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float:
         """FLOP/s of an (m×k)·(k×n) product (`batch` of them), from the nearest measured shapes."""
+        key = (m, n, k, dtype, batch)
+        if key not in self._rates:
+            self._rates[key] = self._matmul_rate(m, n, k, dtype, batch)
+        return self._rates[key]
+
+    def _matmul_rate(self, m: int, n: int, k: int, dtype: str, batch: int) -> float:
         rows = self.matmul[dtype]
         m = m * batch  # a batched product runs about as one of the stacked rows
         point = (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)))

@@ -1,6 +1,6 @@
 """`scaletrain train --model-config NAME|FILE`: a Hugging Face causal language model built from
-a config (a transformers config.json, or the built-in llama3-8b/70b/405b shapes: Llama 3.1's
-configs), trained on synthetic tokens of `--seq-len` — the model the cluster planner plans,
+a config (a transformers config.json, or the built-in llama3-8b/70b/405b and mixtral-8x7b
+shapes: Llama 3.1's and Mixtral's configs), trained on synthetic tokens of `--seq-len` — the model the cluster planner plans,
 run as it plans it (speed work: the tokens are random, the loss is the model's own). A mixture
 of experts (Mixtral, Qwen3-MoE) trains with its router's balance loss: `output_router_logits`
 on, so that the model's own loss adds `router_aux_loss_coef` (the config's; 0 turns it off)
@@ -42,6 +42,16 @@ def hf_config(name_or_file: str):
     from .model_shapes import BUILTIN, load_shape
 
     shape = load_shape(name_or_file)  # refuses encoders and unsupported configs in one line
+    if name_or_file in BUILTIN and shape.experts:
+        from transformers import MixtralConfig
+
+        # Mixtral-8x7B-v0.1's config.json: RoPE base 1e6, no sliding window, balance loss 0.02
+        return MixtralConfig(hidden_size=shape.hidden, intermediate_size=shape.expert_ffn,
+                             num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                             num_key_value_heads=shape.kv_heads, num_local_experts=shape.experts,
+                             num_experts_per_tok=shape.experts_per_token, vocab_size=shape.vocab,
+                             max_position_embeddings=shape.max_positions, rope_theta=1e6, sliding_window=None,
+                             router_aux_loss_coef=0.02, output_router_logits=True, tie_word_embeddings=False), shape
     if name_or_file in BUILTIN:
         from transformers import LlamaConfig
 

@@ -1,5 +1,6 @@
 """A decoder-only transformer's shape, from a Hugging Face `config.json` or a built-in name
-(the Llama 3.1 8B, 70B and 405B shapes), checked: what the planner builds and traces.
+(the Llama 3.1 8B, 70B and 405B shapes; Mixtral 8×7B, a mixture of experts), checked: what the
+planner builds and traces.
 
 Two families cover the decoder-only models people train: Llama-style (RMSNorm, rotary
 positions, a gated SiLU feed-forward, no biases: Llama, Mistral, Qwen2/3, Gemma-like) and
@@ -67,6 +68,18 @@ class ModelShape:
         return (self.parameters - self.embedding_parameters - self.head_parameters) // self.layers
 
     @property
+    def expert_parameters(self) -> int:
+        """One layer's experts, all of them (0 for a dense model): what expert parallel splits."""
+        return 3 * self.hidden * self.expert_ffn * self.experts
+
+    @property
+    def active_parameters(self) -> int:
+        """The parameters one token computes with: a mixture's top-k experts of every layer, not
+        all of them (the N of published MoE MFU figures: torchtitan's, Megatron-LM's)."""
+        idle = self.experts - self.experts_per_token
+        return self.parameters - self.layers * 3 * self.hidden * self.expert_ffn * max(0, idle)
+
+    @property
     def embedding_parameters(self) -> int:
         return self.vocab * self.hidden + (self.max_positions * self.hidden if self.learned_positions else 0)
 
@@ -81,10 +94,18 @@ def _llama31(name, hidden, layers, heads, ffn) -> ModelShape:
     return ModelShape(name, "llama", hidden, layers, heads, 8, hidden // heads, ffn, 128256, 131072)
 
 
+def _mixtral(name, hidden, layers, heads, kv_heads, experts, top_k, expert_ffn, vocab, positions) -> ModelShape:
+    # Mistral AI's Mixtral configs (config.json of mistralai/Mixtral-8x7B-v0.1): every layer a
+    # mixture of gated SiLU experts, untied embeddings.
+    return ModelShape(name, "llama", hidden, layers, heads, kv_heads, hidden // heads, expert_ffn, vocab, positions,
+                      experts=experts, experts_per_token=top_k, expert_ffn=expert_ffn)
+
+
 BUILTIN = {
     "llama3-8b": _llama31("llama3-8b", 4096, 32, 32, 14336),
     "llama3-70b": _llama31("llama3-70b", 8192, 80, 64, 28672),
     "llama3-405b": _llama31("llama3-405b", 16384, 126, 128, 53248),
+    "mixtral-8x7b": _mixtral("mixtral-8x7b", 4096, 32, 32, 8, 8, 2, 14336, 32000, 32768),
 }
 
 

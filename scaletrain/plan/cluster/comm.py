@@ -8,7 +8,11 @@ bus bandwidth; all-reduce on 8 GPUs with NVLink SHARP where the profile has it).
 ring whose k ranks per node each have their own network port (rail-optimised clusters) moves k
 ports' worth: busbw = min(NVLink's, k × port × efficiency). Send/receive between two GPUs
 moves S at the link's rate. All-reduce across nodes uses NCCL's tree where it is faster
-(latency log n instead of n).
+(latency log n instead of n). An all-to-all (expert parallel's) inside a node runs at NVLink's
+bus bandwidth; across nodes each GPU's rows for other nodes leave through its own port — an
+all-to-all cannot aggregate a node's NICs as a ring does (NVIDIA/nccl-tests#267) — so its bus
+bandwidth (nccl-tests': algorithm bandwidth × (n−1)/n) is port × (n−1)/(n − k) for k ranks a
+node, about nodes/(nodes − 1) × the port (nccl-tests#130), at most NVLink's.
 
 A group is the ranks of one or more adjacent dimensions of the mesh (`ParallelDims`, rank
 order row-major over `MESH`): its size is their degrees' product, and its neighbouring ranks
@@ -78,6 +82,13 @@ class Network:
         if g.nodes == 1:
             return ring
         return min(ring, formulas.tree_all_reduce_seconds(nbytes, g.size, busbw, self._latency(g)))
+
+    def all_to_all_link(self, g: Group) -> tuple[float, float]:
+        """(bus bandwidth, latency per peer) of an all-to-all over `g` (see the module's text)."""
+        if g.nodes == 1:
+            return self.nvlink, self._step(g)
+        local = min(g.per_node, g.size - 1)
+        return min(self.nvlink, self.port * (g.size - 1) / (g.size - local)), self._step(g)
 
     def send(self, nbytes: float, across_nodes: bool) -> float:
         rate = self.port if across_nodes else self.nvlink

@@ -1,14 +1,14 @@
 """What a cluster plan is asked (`ClusterScenario`) and what it predicts for (`ClusterConfig`):
 the degrees of the mesh as training describes them (`parallel/dims.py`'s `ParallelDims`, its
-`MESH` walked outermost first: pipeline, replicas, shards, context, tensor), the micro-batch,
-activation checkpointing, and the software the run uses (`software.Software`)."""
+`MESH` walked outermost first: pipeline, replicas, shards, context, experts, tensor), the
+micro-batch, activation checkpointing, and the software the run uses (`software.Software`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ...foundation.errors import UsageError, arg
-from ...parallel.dims import CP, DP_REPLICATE, DP_SHARD, PP, TP, ParallelDims
+from ...parallel.dims import CP, DP_REPLICATE, DP_SHARD, EP, PP, TP, ParallelDims
 from ...workloads.model_shapes import ModelShape
 from .software import Software
 
@@ -43,6 +43,7 @@ class ClusterConfig:
     fsdp_casts: bool = False  # FSDP2 wraps even an unsharded model (one process): its gathers and casts
     optimizer_sharded: bool = False  # without FSDP: the optimizer's state divided over data parallel (ZeRO-1)
     cp_rotate: str = "ring"  # context parallel passes keys and values round a ring, or all-gathers them ("allgather")
+    expert_load: float = 1.0  # the busiest expert-parallel GPU's rows over the mean (1.0: balanced routing)
     software: Software = field(default_factory=Software)
 
     # the mesh's degrees, read from `dims`
@@ -51,6 +52,7 @@ class ClusterConfig:
     tp = property(lambda self: self.dims[TP])
     pp = property(lambda self: self.dims[PP])
     cp = property(lambda self: self.dims[CP])
+    ep = property(lambda self: self.dims[EP])  # borrowed from dp_shard × cp: not a factor of the world
 
     @property
     def compile(self) -> bool:
@@ -88,11 +90,20 @@ class ClusterConfig:
     def label(self) -> str:
         parts = [f"{label} {self.dims[name]}" for name, label in LABELS if self.dims[name] > 1]
         text = " × ".join(parts) or "1 GPU"
+        if self.ep > 1:
+            text += f" with ep {self.ep}"
         if self.pp > 1:
             text += f" ({self.schedule}" + (f", {self.stages_per_rank} stages/rank" if self.stages_per_rank > 1 else "") \
                 + ")"
         text += f", mb {self.microbatch}, AC {self.checkpointing}"
         return text + (", float8" if self.float8 else "") + (", compiled" if self.compile else "")
+
+
+def layer_parameters(shape: ModelShape, config: ClusterConfig) -> tuple[float, float]:
+    """(dense, experts): one layer's parameters on a GPU before FSDP shards them — the dense
+    weights ÷ tp (the experts stay whole in every tensor-parallel process), the experts ÷ ep."""
+    experts = shape.expert_parameters
+    return (shape.layer_parameters - experts) / config.tp, experts / config.ep
 
 
 def microbatches(config: ClusterConfig, scenario: ClusterScenario) -> int:
@@ -135,5 +146,23 @@ def check(config: ClusterConfig, scenario: ClusterScenario) -> None:
     if config.pp > 1 and microbatches(config, scenario) < config.pp:
         raise UsageError(f"{microbatches(config, scenario)} micro-batch(es) per step cannot fill {arg('pp', config.pp)} "
                          f"pipeline stages: raise {arg('global_batch')} or lower {arg('micro_batch')}")
+    check_experts(config, s)
     if config.float8 and not scenario.profile.peak("fp8"):
         raise UsageError(f"{arg('float8')}: {scenario.profile.name} has no float8 tensor cores")
+
+
+def check_experts(config: ClusterConfig, shape: ModelShape) -> None:
+    """Expert parallel's degree against the model and the processes it borrows, in one line."""
+    ep = config.ep
+    if ep == 1:
+        return
+    if not shape.experts:
+        raise UsageError(f"{arg('ep', ep)} splits a mixture of experts' experts across GPUs, but {shape.name} is a dense "
+                         f"model (no experts): drop {arg('ep')}")
+    if shape.experts % ep:
+        fits = [d for d in range(2, shape.experts + 1) if shape.experts % d == 0]
+        raise UsageError(f"{arg('ep', ep)}: {shape.name}'s {shape.experts} experts do not split into {ep} equal groups; "
+                         f"use {' or '.join(arg('ep', d) for d in fits)} (a divisor of {shape.experts})")
+    if config.shards % ep:
+        raise UsageError(f"{arg('ep', ep)} regroups the dp_shard × cp = {config.shards} GPUs that shard the state (it adds "
+                         f"none of its own), so it must divide {config.shards}; give {arg('dp_shard')} a multiple of {ep}")

@@ -8,7 +8,9 @@ convention (arXiv 2204.02311, Appendix B), as nanoGPT, torchtitan and fms-fsdp i
     6·N + 12·L·H·Q·T FLOPs per token
 
 N the parameters (torchtitan, since April 2024: without the input embedding, whose lookup
-computes nothing; the output layer counted, tied embeddings once), L layers, H·Q the attention
+computes nothing; the output layer counted, tied embeddings once; of a mixture of experts the
+active ones, each token's top-k experts, as torchtitan's and Megatron-LM's MoE figures count),
+L layers, H·Q the attention
 width (heads × head size), T the sequence length; attention not halved for causal masking,
 recomputation not counted. Megatron-LM's paper (arXiv 2104.04473, eq. 3) counts the same
 products plus the recomputation of full activation checkpointing (its "hardware" TFLOP/s);
@@ -24,7 +26,7 @@ PUBLISHED_CONVENTION = ("PaLM's 6·N + 12·L·H·Q·T per token (N without the i
 
 
 def published_flops_per_token(shape: ModelShape, seq: int) -> float:
-    counted = shape.parameters - (0 if shape.tie_embeddings else shape.vocab * shape.hidden)
+    counted = shape.active_parameters - (0 if shape.tie_embeddings else shape.vocab * shape.hidden)
     if shape.learned_positions:
         counted -= shape.max_positions * shape.hidden  # a lookup too
     return 6.0 * counted + 12.0 * shape.layers * shape.heads * shape.head_dim * seq

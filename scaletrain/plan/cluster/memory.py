@@ -8,7 +8,8 @@
   sharded (ZeRO-1, Megatron-LM's distributed optimizer: `optimizer_sharded`);
 - gathered blocks: the bf16 blocks FSDP has gathered (the one computing and the one prefetched,
   in forward and in backward; a pipeline stage keeps its whole stage gathered for the step)
-  and a block's gradients on their way to the reduce-scatter;
+  and a block's gradients on their way to the reduce-scatter; a mixture's experts in them
+  are this GPU's (1/ep of them under expert parallel, gathered over the GPUs holding the same);
 - activations: what the traced layer keeps for backward (under the configuration's activation
   checkpointing, measured from the trace: torch's own checkpointing ran there), × the layers
   of the stage × the micro-batches a pipeline stage holds at once (1F1B: the stage's distance
@@ -32,7 +33,7 @@ others).
 from __future__ import annotations
 
 from .compute import activation_bytes, peak_bytes
-from .config import ClusterConfig, ClusterScenario
+from .config import ClusterConfig, ClusterScenario, layer_parameters
 from .costs.pipeline import in_flight
 from .loss import loss_extra
 
@@ -48,7 +49,7 @@ def memory_parts(config: ClusterConfig, scenario: ClusterScenario, layer_costs, 
                  chunks: list, microbatches: int) -> dict:
     shape = scenario.shape
     mb = config.microbatch
-    layer_params = shape.layer_parameters / config.tp
+    layer_params = sum(layer_parameters(shape, config))  # gathered: a mixture's experts ÷ ep
     if config.fsdp:
         params = 4 * params_rank / config.shards
         grads = 4 * params_rank / config.shards

@@ -1,7 +1,9 @@
 """The model the planner traces: a decoder-only transformer of a given shape, written in
 plain torch the way the training libraries write it (torchtitan's Llama, Megatron's and
 Hugging Face's GPT), as one tensor-parallel process holds it: `tp` divides the attention
-heads, the feed-forward width and the vocabulary (column- then row-parallel products). Built
+heads, the feed-forward width and the vocabulary (column- then row-parallel products); a
+mixture of experts' feed-forward is `mixture.py`'s, as one expert-parallel process (of `ep`)
+holds it. Built
 under fake tensors, no memory is taken; its forward and backward give torch's FLOP counts,
 the operators' shapes and the activations kept, for any size of model.
 
@@ -24,6 +26,7 @@ from torch import nn
 
 from ...workloads.model_shapes import ModelShape
 from .fused_kernels import FusedCrossEntropy, FusedRotary, FusedSwiGLU, rms_norm
+from .mixture import Mixture
 
 FP8 = torch.float8_e4m3fn
 FP8_GRAD = torch.float8_e5m2
@@ -120,7 +123,7 @@ def scatter(x, tp: int):
 
 class Layer(nn.Module):
     def __init__(self, shape: ModelShape, tp: int, attention: str, float8: bool, sequence_parallel: bool = False,
-                 layout: Layout = Layout()):
+                 layout: Layout = Layout(), ep: int = 1):
         super().__init__()
         self.sp = tp if sequence_parallel else 1
         self.layout = layout
@@ -134,13 +137,17 @@ class Layer(nn.Module):
         self.wk = Linear(h, self.kv_heads * d, bias, float8)
         self.wv = Linear(h, self.kv_heads * d, bias, float8)
         self.wo = Linear(self.heads * d, h, bias, float8)
-        ffn = shape.ffn // tp
-        self.w1 = Linear(h, ffn, bias, float8)
-        self.w3 = Linear(h, ffn, bias, float8) if self.llama else None
-        self.w2 = Linear(ffn, h, bias, float8)
+        self.mixture = Mixture(shape, ep) if shape.experts else None
+        if self.mixture is None:
+            ffn = shape.ffn // tp
+            self.w1 = Linear(h, ffn, bias, float8)
+            self.w3 = Linear(h, ffn, bias, float8) if self.llama else None
+            self.w2 = Linear(ffn, h, bias, float8)
 
     def forward(self, x, cos, sin):
         x = x + self._drop(scatter(self._attend(gather(self.norm1(x), self.sp), cos, sin), self.sp))
+        if self.mixture is not None:  # whole experts in every tensor-parallel process, on its own tokens
+            return x + self.mixture(self.norm2(x))
         return x + self._drop(scatter(self._mlp(gather(self.norm2(x), self.sp)), self.sp))
 
     def _drop(self, x):
@@ -185,14 +192,14 @@ class ReferenceLM(nn.Module):
     """Embedding, `layers` decoder layers, the final norm, the output head and the loss."""
 
     def __init__(self, shape: ModelShape, layers: int, tp: int = 1, attention: str = "flash",
-                 float8: bool = False, sequence_parallel: bool = False, layout: Layout = Layout()):
+                 float8: bool = False, sequence_parallel: bool = False, layout: Layout = Layout(), ep: int = 1):
         super().__init__()
         self.shape, self.tp, self.layout = shape, tp, layout
         self.sp = tp if sequence_parallel else 1
         h = shape.hidden
         self.embed = nn.Embedding(shape.vocab // tp, h)
         self.positions = nn.Embedding(shape.max_positions, h) if shape.learned_positions else None
-        self.layers = nn.ModuleList(Layer(shape, tp, attention, float8, sequence_parallel, layout)
+        self.layers = nn.ModuleList(Layer(shape, tp, attention, float8, sequence_parallel, layout, ep)
                                     for _ in range(layers))
         self.norm = _norm(shape, layout)
         self.head = Linear(h, shape.vocab // tp, False)  # the output layer stays bf16 under float8 (torchtitan)

@@ -17,7 +17,7 @@ def row(p: ClusterPrediction, scenario: ClusterScenario) -> dict:
     c = p.config
     return {
         "configuration": c.label(), "strategy": c.strategy, "world_size": c.world,
-        "dp_replicate": c.dp_replicate, "dp_shard": c.dp_shard, "tp": c.tp, "pp": c.pp, "cp": c.cp,
+        "dp_replicate": c.dp_replicate, "dp_shard": c.dp_shard, "tp": c.tp, "pp": c.pp, "cp": c.cp, "ep": c.ep,
         "schedule": c.schedule if c.pp > 1 else None, "stages_per_rank": c.stages_per_rank,
         "micro_batch": c.microbatch, "microbatches": p.microbatches, "activation_checkpointing": c.checkpointing,
         "float8": c.float8, "compile": c.compile, "software": software_row(c, scenario),
@@ -27,6 +27,7 @@ def row(p: ClusterPrediction, scenario: ClusterScenario) -> dict:
         "tflops_per_second_per_gpu": p.model_flops_per_step / p.step_seconds / c.world / 1e12,
         "step_seconds": p.step_seconds, "compute_seconds": p.compute_seconds,
         "exposed_comm_seconds": p.exposed_comm_seconds, "bubble_seconds": p.bubble_seconds,
+        "step_parts_seconds": dict(p.comm),
         "memory_bytes": p.memory_bytes, "memory_parts_bytes": p.memory, "fits": p.fits,
         "model_flops_per_step": p.model_flops_per_step, "hardware_flops_per_step": p.hardware_flops_per_step,
         "days_per_trillion_tokens": trillion_tokens_seconds(p) / 86400,
@@ -90,6 +91,22 @@ def table(predictions: list[ClusterPrediction], scenario: ClusterScenario, limit
     if len(predictions) > limit:
         lines.append(f"| … {len(predictions) - limit} more (--json lists all) | | | | | |")
     return "\n".join(lines)
+
+
+def step_line(p: ClusterPrediction) -> str:
+    """What the step's communication and the parallelisms' terms are: those per layer and
+    micro-batch in ms (on the critical path), those per step in s."""
+    layer = [f"{_name(k, '_per_layer_s')} {v * 1e3:.2f} ms" for k, v in p.comm.items() if k.endswith("_per_layer_s")]
+    step = [f"{_name(k, '_s')} {v:.2f} s" for k, v in p.comm.items() if not k.endswith("_per_layer_s") and v >= 0.005]
+    text = f"step {p.step_seconds:.2f} s: compute {p.compute_seconds:.2f}, exposed communication " \
+           f"{p.exposed_comm_seconds:.2f}, bubble {p.bubble_seconds:.2f}"
+    if layer:
+        text += "; per layer and micro-batch: " + ", ".join(layer)
+    return text + ("; per step: " + ", ".join(step) if step else "")
+
+
+def _name(key: str, suffix: str) -> str:
+    return key[: -len(suffix)].replace("_", " ")
 
 
 def memory_line(p: ClusterPrediction) -> str:

@@ -3,8 +3,11 @@ strategy and options its `Run it:` line names (`train_strategy`, which the print
 made from) are given to train's own strategy and checked as train checks them (its world size,
 its compositions: a pipeline with context parallel, float8 with tensor parallel, ...); a
 pipeline schedule train has not (interleaved: train's are gpipe and 1f1b) and a layout train
-would fill differently are refused too. A configuration train refuses is listed as "not
-runnable by train" and never chosen."""
+would fill differently are refused too, and so is what train refuses of a mixture of experts
+(its model's checks, `strategies/base.py`'s `check_model`: a mixture cut into pipeline stages;
+tensor parallel of Hugging Face's MoE models, whose plan names experts' styles torch's tensor
+parallel has not). A configuration train refuses is listed as "not runnable by train" and
+never chosen."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ def train_strategy(config: ClusterConfig, microbatches: int) -> tuple[str, dict]
         options["dp_shard"] = config.dp_shard
         if config.dp_replicate > 1:
             options["dp_replicate"] = config.dp_replicate
-    for dim in ("tp", "cp"):
+    for dim in ("tp", "cp", "ep"):
         if config.dims[dim] > 1:
             options[dim] = config.dims[dim]
     if config.checkpointing != "none":
@@ -38,10 +41,16 @@ def train_strategy(config: ClusterConfig, microbatches: int) -> tuple[str, dict]
     return name, options
 
 
-def train_refusal(config: ClusterConfig, microbatches: int) -> str:
-    """Why `scaletrain train` cannot run `config` as its printed flags say ("" where it can)."""
+def train_refusal(config: ClusterConfig, microbatches: int, shape=None) -> str:
+    """Why `scaletrain train` cannot run `config` (of a model of `shape`) as its printed flags
+    say ("" where it can)."""
     from ...strategies import get_strategy
 
+    if shape is not None and shape.experts and config.pp > 1:
+        return "train does not cut a mixture of experts into pipeline stages (its router's balance loss would be lost)"
+    if shape is not None and shape.experts and config.tp > 1:
+        return ("train's tensor parallel does not split a Hugging Face mixture of experts (its plan's experts styles, "
+                "packed_colwise and moe_tp_experts, are not torch's)")
     if config.pp > 1 and config.schedule != "1f1b":
         return f"train's pipeline schedules are gpipe and 1f1b, not {config.schedule}"
     if config.checkpointing not in ("none", "selective", "full"):

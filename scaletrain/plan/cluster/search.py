@@ -2,8 +2,10 @@
 
 Every combination of the degrees the user left open — tensor parallel inside a node, pipeline
 stages (1F1B and interleaved), context parallel for long sequences, FSDP or HSDP (or DDP) for
-the data-parallel rest — × micro-batches × activation checkpointing, each checked
-(`config.check`) and predicted (`step.predict`). `choose` takes the fastest that fits.
+the data-parallel rest, and for a mixture of experts every expert-parallel degree that divides
+both the experts and dp_shard × cp — × micro-batches × activation checkpointing, each checked
+(`config.check`) and predicted (`step.predict`). `choose` takes the fastest that fits and
+`scaletrain train` runs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Fixed:
     cp: Optional[int] = None
     dp_shard: Optional[int] = None
     dp_replicate: Optional[int] = None
+    ep: Optional[int] = None
     microbatch: Optional[int] = None
     checkpointing: Optional[str] = None
     schedule: Optional[str] = None
@@ -98,15 +101,26 @@ def candidates(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterConfig]:
                     continue
                 dp = gpus // (tp * pp * cp)
                 for replicate, shard in _data_parallel(dp, tp * cp, gpn, fixed):
-                    for mb in ([fixed.microbatch] if fixed.microbatch else MICROBATCHES):
-                        if scenario.global_batch % (dp * mb):
-                            continue
-                        for ac in acs:
-                            for schedule, v in _schedules(pp, s.layers, fixed):
-                                dims = ParallelDims(pp=pp, dp_replicate=replicate, dp_shard=shard, cp=cp, tp=tp)
-                                out.append(replace(ClusterConfig(dims, mb, ac, fixed.float8, schedule, v,
-                                                                 software=fixed.software), **dict(fixed.options)))
+                    for ep in _expert_parallel(s, shard * cp, fixed):
+                        for mb in ([fixed.microbatch] if fixed.microbatch else MICROBATCHES):
+                            if scenario.global_batch % (dp * mb):
+                                continue
+                            for ac in acs:
+                                for schedule, v in _schedules(pp, s.layers, fixed):
+                                    dims = ParallelDims(pp=pp, dp_replicate=replicate, dp_shard=shard, cp=cp, ep=ep,
+                                                        tp=tp)
+                                    out.append(replace(ClusterConfig(dims, mb, ac, fixed.float8, schedule, v,
+                                                                     software=fixed.software), **dict(fixed.options)))
     return out + [c for c in fixed.also if c not in out]
+
+
+def _expert_parallel(shape, lent: int, fixed: Fixed) -> list[int]:
+    """Expert-parallel degrees: --ep's (checked by `config.check`), else for a mixture of
+    experts every degree dividing both its experts and the dp_shard × cp GPUs it borrows (1:
+    FSDP gathers every expert); none for a dense model."""
+    if fixed.ep:
+        return [fixed.ep]
+    return [e for e in range(1, lent + 1) if lent % e == 0 and shape.experts % e == 0] if shape.experts else [1]
 
 
 def _data_parallel(dp: int, inner: int, gpn: int, fixed: Fixed) -> list[tuple[int, int]]:
@@ -153,7 +167,7 @@ def predict_all(scenario: ClusterScenario, fixed: Fixed) -> list[ClusterPredicti
             last_error = exc
             continue
         prediction = predict(config, scenario)
-        prediction.runnable = train_refusal(config, prediction.microbatches)
+        prediction.runnable = train_refusal(config, prediction.microbatches, scenario.shape)
         results.append(prediction)
     if not results:
         raise last_error  # the one line of what is wrong with the configuration the flags pin

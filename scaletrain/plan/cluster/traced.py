@@ -19,10 +19,11 @@ import torch
 
 from ...flops import TraceMode
 from ...workloads.model_shapes import ModelShape
+from .mixture import token_sizes
 from .reference import Layout, ReferenceLM
 
 #: Sequences per traced micro-batch: 11 × any sequence length is no model's width, so a
-#: dimension of that size is the tokens'.
+#: dimension of that size is the tokens' (and 11 × a mixture's rows per sequence, its rows').
 TRACE_MB = 11
 
 REDUCTIONS = ("sum", "mean", "amax", "max", "softmax", "_softmax", "_log_softmax", "native_layer_norm",
@@ -33,7 +34,8 @@ REDUCTIONS = ("sum", "mean", "amax", "max", "softmax", "_softmax", "_log_softmax
 @dataclass(frozen=True)
 class Variant:
     """What changes a traced layer: tensor-parallel degree, tokens per sequence on this GPU,
-    activation checkpointing, float8, the attention kernel, the code's layout."""
+    activation checkpointing, float8, the attention kernel, the code's layout, and a mixture of
+    experts' expert-parallel degree (the experts this GPU holds, the rows each computes)."""
     tp: int
     seq: int
     checkpointing: str = "none"  # none, full, selective (every product kept), selective-alternate
@@ -41,6 +43,7 @@ class Variant:
     attention: str = "flash"
     sequence_parallel: bool = True  # with tp > 1: norms and the residual stream split along the sequence
     layout: Layout = Layout()
+    ep: int = 1
 
 
 @dataclass
@@ -88,23 +91,26 @@ def _trace(shape: ModelShape, variant: Variant, layers: int) -> Costs:
     """On the meta device: shapes and dtypes only, no memory and next to no time (fake tensors
     give the same trace, slower)."""
     tokens = TRACE_MB * variant.seq
+    split = variant.tp if variant.sequence_parallel and variant.tp > 1 else 1
+    # a mixture's rows (tokens × top-k) and each expert's scale with the tokens too
+    sizes = tuple(sorted({tokens, *token_sizes(shape, tokens // split, variant.ep)}))
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
         with torch.device("meta"):
             model = ReferenceLM(shape, layers, variant.tp, variant.attention, variant.float8,
-                                variant.sequence_parallel and variant.tp > 1, variant.layout)
+                                variant.sequence_parallel and variant.tp > 1, variant.layout, variant.ep)
     finally:
         torch.set_default_dtype(previous)
     for p in model.parameters():  # gradients leave at once: the sharded ones are counted apart
         p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
     ids = torch.zeros(TRACE_MB, variant.seq, dtype=torch.long, device="meta")
-    mode = TraceMode(detail=True, batch=TRACE_MB, token_count=tokens)
+    mode = TraceMode(detail=True, batch=TRACE_MB, token_count=sizes)
     with mode:
         loss = model(ids, ids, wrap=_checkpointing(variant.checkpointing))
         mode.mark_forward_end()
         loss.backward()
-    return _compact(mode.trace, tokens)
+    return _compact(mode.trace, frozenset(sizes))
 
 
 def _checkpointing(mode: str):
@@ -136,14 +142,14 @@ def _checkpointing(mode: str):
     return wrap
 
 
-def _compact(trace, tokens: int) -> Costs:
+def _compact(trace, tokens: frozenset) -> Costs:
     costs = Costs()
     costs.flops = {"forward": trace.forward_flops, "backward": trace.backward_flops,
                    "recompute": trace.recompute_flops}
     for op in trace.ops:
         if op.kind == "matmul":
             m, n, k, batch = op.shape
-            costs.matmuls.append((op.phase, m, n, k, batch, op.dtype, m == tokens, n == tokens, k == tokens,
+            costs.matmuls.append((op.phase, m, n, k, batch, op.dtype, m in tokens, n in tokens, k in tokens,
                                   batch % TRACE_MB == 0))
         elif op.kind == "attention":
             b, heads, sq, sk, d, causal, backward = op.shape

@@ -1,7 +1,8 @@
 """Data parallel's cluster costs.
 
 FSDP (over dp_shard × cp, tensor parallel innermost), block by block: each layer is a block,
-the embedding and the head the root. In forward a block's bf16 parameters are all-gathered
+the embedding and the head the root; a mixture's experts under expert parallel are gathered
+and reduced apart, 1/ep of them over the dp_shard × cp ÷ ep GPUs that hold the same ones. In forward a block's bf16 parameters are all-gathered
 while the block before it computes (prefetch): exposed is the root's gather and the first
 layer's, then whatever of each gather outlasts the forward of the layer it hides behind. In
 backward each block is gathered again (resharded after forward; the last layer stays
@@ -22,23 +23,40 @@ gradients, hidden behind backward where `overlap_grad_reduce`.
 
 from __future__ import annotations
 
-from ..comm import mesh_group
+from ..comm import group, mesh_group
+from ..config import layer_parameters
 from .parts import StepParts
 from .registry import ClusterCostTerms, Schedule, register
 
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 
 
+def layer_collective(parts: StepParts, collective, element_bytes: int) -> float:
+    """One layer's gather (or reduction) of `element_bytes` a parameter: the dense weights over
+    dp_shard × cp and, under expert parallel, the GPU's experts (1/ep of them) over the
+    dp_shard × cp ÷ ep GPUs holding the same ones, each a collective of its own (the experts
+    are FSDP groups of their own in training); without it the layer is one collective."""
+    config = parts.config
+    shards = mesh_group(config.dims, ("dp_shard", "cp"), parts.gpus_per_node)
+    dense, experts = layer_parameters(parts.scenario.shape, config)
+    if config.ep == 1:
+        return collective(element_bytes * (dense + experts), shards)
+    # the GPUs holding the same experts are ep × tp ranks apart
+    same_experts = group(config.shards // config.ep, config.dims.span("ep"), parts.gpus_per_node)
+    return collective(element_bytes * dense, shards) + collective(element_bytes * experts, same_experts)
+
+
 def fsdp_seconds(parts: StepParts) -> tuple:
     """(sent, exposed) seconds of FSDP's gathers and reductions in a step."""
     config, net, m, shape = parts.config, parts.net, parts.microbatches, parts.scenario.shape
-    group = mesh_group(config.dims, ("dp_shard", "cp"), parts.gpus_per_node)
+    shards = mesh_group(config.dims, ("dp_shard", "cp"), parts.gpus_per_node)
     reduce_bytes = REDUCE_BYTES[config.software.reduce_dtype]
-    layer_params = shape.layer_parameters / config.tp
-    root_params = max(0.0, parts.params_rank - max(parts.chunks) * layer_params)
-    gather, reduce = net.all_gather(2 * layer_params, group), net.reduce_scatter(reduce_bytes * layer_params, group)
-    root_gather = net.all_gather(2 * root_params, group)
-    root_reduce = net.reduce_scatter(reduce_bytes * root_params, group)
+    dense, experts = layer_parameters(shape, config)
+    root_params = max(0.0, parts.params_rank - max(parts.chunks) * (dense + experts * config.ep))
+    gather = layer_collective(parts, net.all_gather, 2)
+    reduce = layer_collective(parts, net.reduce_scatter, reduce_bytes)
+    root_gather = net.all_gather(2 * root_params, shards)
+    root_reduce = net.reduce_scatter(reduce_bytes * root_params, shards)
     layers = max(parts.chunks)
     forward = parts.layer_seconds * parts.forward_share
     backward = parts.layer_seconds - forward
@@ -58,9 +76,9 @@ def replicate_seconds(parts: StepParts, schedule: Schedule) -> tuple:
     """(sent, exposed) seconds of the all-reduce across replicas (HSDP's of the gradient
     shards, DDP's of the gradients)."""
     config, net = parts.config, parts.net
-    group = mesh_group(config.dims, ("dp_replicate",), parts.gpus_per_node)
+    replicas = mesh_group(config.dims, ("dp_replicate",), parts.gpus_per_node)
     reduce_bytes = REDUCE_BYTES[config.software.reduce_dtype] if config.fsdp else 2
-    reduce = net.all_reduce(parts.params_rank * reduce_bytes / config.shards, group)
+    reduce = net.all_reduce(parts.params_rank * reduce_bytes / config.shards, replicas)
     if not config.overlap_grad_reduce:
         return reduce, reduce
     hideable = schedule.compute_s * (1 - parts.forward_share)
