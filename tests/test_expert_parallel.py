@@ -92,7 +92,7 @@ def test_ep_that_cannot_split_is_refused_in_one_line_before_anything_starts(tmp_
     done = scaletrain("plan", "--hardware", "h100-sxm-80g", "--model-config", "llama3-8b", "--gpus", "8", "--ep", "2",
                       timeout=120)
     lines = _errors(done)
-    assert done.returncode == 2 and len(lines) == 1 and "does not cost expert parallel yet" in lines[0], done.stderr
+    assert done.returncode == 2 and len(lines) == 1 and "is a dense model" in lines[0] and "drop --ep" in lines[0], done.stderr
 
 
 def _errors(done) -> list[str]:
