@@ -75,29 +75,34 @@ def _mixtral_config(tmp_path, experts: int):
     return path
 
 
-@pytest.mark.timeout(200)
-def test_ep_that_cannot_split_is_refused_in_one_line_before_anything_starts(tmp_path):
+def test_ep_that_cannot_split_is_refused_in_one_line_before_anything_starts(tmp_path, capsys):
+    """In this process: each is refused by the command's checks before any process starts."""
     config = _mixtral_config(tmp_path, experts=4)
-    done = scaletrain("train", "--model-config", str(config), "--seq-len", "16", "--ep", "3", "--nproc-per-node", "3",
-                      "--max-steps", "1", "--out", str(tmp_path / "three"), timeout=120)
-    assert done.returncode == 2, done.stderr
-    lines = _errors(done)
-    assert len(lines) == 1 and "holds 4 experts, which do not split into 3 equal groups" in lines[0], done.stderr
-    assert "--ep 2" in lines[0] and "Traceback" not in done.stderr and not (tmp_path / "three").exists()
-    done = scaletrain("train", "--workload", "stdlib-gpt", "--ep", "2", "--nproc-per-node", "2", "--max-steps", "1",
-                      "--out", str(tmp_path / "dense"), timeout=120)
-    lines = _errors(done)
-    assert done.returncode == 2 and len(lines) == 1 and "has none" in lines[0], done.stderr
-    assert "drop --ep" in lines[0] and "Traceback" not in done.stderr and not (tmp_path / "dense").exists()
-    done = scaletrain("plan", "--hardware", "h100-sxm-80g", "--model-config", "llama3-8b", "--gpus", "8", "--ep", "2",
-                      timeout=120)
-    lines = _errors(done)
-    assert done.returncode == 2 and len(lines) == 1 and "is a dense model" in lines[0] and "drop --ep" in lines[0], done.stderr
+    code, lines, err = _command(capsys, "train", "--model-config", str(config), "--seq-len", "16", "--ep", "3",
+                                "--nproc-per-node", "3", "--max-steps", "1", "--out", str(tmp_path / "three"))
+    assert code == 2, err
+    assert len(lines) == 1 and "holds 4 experts, which do not split into 3 equal groups" in lines[0], err
+    assert "--ep 2" in lines[0] and "Traceback" not in err and not (tmp_path / "three").exists()
+    code, lines, err = _command(capsys, "train", "--workload", "stdlib-gpt", "--ep", "2", "--nproc-per-node", "2",
+                                "--max-steps", "1", "--out", str(tmp_path / "dense"))
+    assert code == 2 and len(lines) == 1 and "has none" in lines[0], err
+    assert "drop --ep" in lines[0] and "Traceback" not in err and not (tmp_path / "dense").exists()
+    code, lines, err = _command(capsys, "plan", "--hardware", "h100-sxm-80g", "--model-config", "llama3-8b", "--gpus",
+                                "8", "--ep", "2")
+    assert code == 2 and len(lines) == 1 and "is a dense model" in lines[0] and "drop --ep" in lines[0], err
 
 
-def _errors(done) -> list[str]:
-    """The command's own lines on stderr (importing transformers may print torchao's notes first)."""
-    return [line for line in done.stderr.splitlines() if line.startswith("scaletrain")]
+def _command(capsys, *argv: str) -> tuple[int, list[str], str]:
+    """The command line run in this process: its exit status, its own lines on stderr (importing
+    transformers may print torchao's notes first), stderr."""
+    from scaletrain.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    return code, [line for line in err.splitlines() if line.startswith("scaletrain")], err
 
 
 @pytest.mark.timeout(400)

@@ -3,7 +3,12 @@ models, built whole and built on the meta device, each compared with one process
 (composition_reference); where sequences are split (cp), the Llama also with its own loss on
 labelled batches. Rank 0 prints one `RESULT {json}` line per configuration, model and
 build (the worst difference over ranks, whether every process started from the weights of an
-ordinary build, and how many of the model's parameters some process held)."""
+ordinary build, and how many of the model's parameters some process held).
+
+    torchrun --nproc-per-node N composition_equivalence.py [JOBS DIR]
+
+With JOBS and DIR it then runs composition_resume.py's jobs of that world size in the same
+processes (one launch for both: starting 8 processes costs more than either's work)."""
 
 from __future__ import annotations
 
@@ -60,6 +65,10 @@ def main() -> None:
                 if dist.get_rank() == 0:
                     print("RESULT " + json.dumps({"strategy": strategy, "options": options, "model": name, "mesh": mesh,
                                                   "form": form, "meta_init": meta, **result}), flush=True)
+    if len(sys.argv) > 2:
+        from composition_resume import run_jobs
+
+        run_jobs(sys.argv[1], Path(sys.argv[2]))
     dist.destroy_process_group()
 
 

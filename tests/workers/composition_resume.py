@@ -106,13 +106,18 @@ def train(layout: str, phase: str, root: Path, checkpoint_layout: str, source: s
         save_state(run, model, optim, final)
 
 
-def main() -> None:
-    jobs, root = [job.split(":") for job in sys.argv[1].split(",")], Path(sys.argv[2])
-    dist.init_process_group("gloo")  # shared by every scaletrain.init below
-    for layout, phase in jobs:
+def run_jobs(jobs: str, root: Path) -> None:
+    """LAYOUT:PHASE[,...] in order, in the process group already initialised (composition_
+    equivalence.py runs them after its own comparisons, in the same launch)."""
+    for layout, phase in (job.split(":") for job in jobs.split(",")):
         for kind in (CHECKPOINT_LAYOUTS if phase != "first" else ("full",)):
             for source in (SOURCES if phase == "across" else ("",)):
                 train(layout, phase, root, kind, source)
+
+
+def main() -> None:
+    dist.init_process_group("gloo")  # shared by every scaletrain.init below
+    run_jobs(sys.argv[1], Path(sys.argv[2]))
     dist.destroy_process_group()
 
 
