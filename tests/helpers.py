@@ -60,6 +60,20 @@ def scaletrain(*args: str, timeout: float = 120, **kwargs) -> subprocess.Complet
     return run([sys.executable, "-m", "scaletrain", *args], timeout=timeout, **kwargs)
 
 
+def in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """`scaletrain ARGS` in this process, for what the command refuses before starting anything
+    (a subprocess would spend its seconds importing torch): the exit status (argparse's own
+    refusals exit through SystemExit), stdout and stderr."""
+    from scaletrain.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def torchrun(script: str | Path, *args: str, nproc: int = 2, timeout: float = 120, standalone: bool = False,
              **kwargs):
     """torchrun of `script` on this machine. `standalone`: torchrun's agent binds a port of the

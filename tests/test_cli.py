@@ -7,7 +7,7 @@ import pytest
 
 from scaletrain.cli import main
 
-from .helpers import scaletrain
+from .helpers import in_process, scaletrain
 
 
 def _summary(out):
@@ -98,13 +98,15 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize("args, message", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
-def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, message):
+    """In this process (each is refused before anything starts); test_out_that_cannot_be_written
+    runs the command as a process of its own."""
     out = tmp_path / "run"
-    result = scaletrain("train", *args, "--out", str(out), timeout=60)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
+    code, stdout, stderr = in_process(capsys, "train", *args, "--out", str(out))
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], stderr
+    assert "Traceback" not in stderr + stdout
     assert not out.exists()
 
 

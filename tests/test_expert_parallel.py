@@ -22,7 +22,7 @@ import torch
 from scaletrain.checkpoint import load_state
 from scaletrain.foundation.errors import UsageError
 from scaletrain.parallel.dims import ParallelDims, resolve_dims
-from tests.helpers import REPO, run, scaletrain, torchrun
+from tests.helpers import REPO, in_process, run, scaletrain, torchrun
 
 WORKERS = REPO / "tests" / "workers"
 ATOL = 1e-5
@@ -95,13 +95,7 @@ def test_ep_that_cannot_split_is_refused_in_one_line_before_anything_starts(tmp_
 def _command(capsys, *argv: str) -> tuple[int, list[str], str]:
     """The command line run in this process: its exit status, its own lines on stderr (importing
     transformers may print torchao's notes first), stderr."""
-    from scaletrain.cli import main
-
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
+    code, _out, err = in_process(capsys, *argv)
     return code, [line for line in err.splitlines() if line.startswith("scaletrain")], err
 
 

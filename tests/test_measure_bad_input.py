@@ -2,18 +2,7 @@
 
 import pytest
 
-from scaletrain.cli import main
-
-from .helpers import scaletrain
-
-
-def run_in_process(argv, capsys) -> tuple[int, str]:
-    """The command line in this process (fast); argparse's own errors exit via SystemExit."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+from .helpers import in_process, scaletrain
 
 
 @pytest.mark.parametrize("args,words", [
@@ -55,7 +44,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, w
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     extra = ["--out", str(out)] if args[0] == "bench" else []
-    code, err = run_in_process([*args, *extra], capsys)
+    code, _out, err = in_process(capsys, *args, *extra)
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("scaletrain"), err

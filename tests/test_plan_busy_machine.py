@@ -19,7 +19,7 @@ def test_a_busy_core_is_left_out_and_never_turned_into_an_answer(tmp_path):
     try:
         done = scaletrain("plan", "--workload", "digits-mlp", "--world-sizes", "1,2", "--strategy", "ddp",
                           "--probe-rounds", "2", "--steps", "3", "--warmup", "1", "--min-seconds", "0.2",
-                          "--budget", "25", "--json", timeout=200)
+                          "--budget", "12", "--json", timeout=200)
     finally:
         busy.kill()
         busy.wait()
