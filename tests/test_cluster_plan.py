@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import REPO, run
+from tests.helpers import REPO, in_process, run
 
 TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
               "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -196,11 +196,7 @@ def test_choose_picks_a_fitting_configuration_at_least_as_fast(name):
 
 def _plan(capsys, *args: str) -> tuple[int, str, str]:
     """`scaletrain plan --hardware ...` in this process (torch is imported already)."""
-    from scaletrain.cli import main
-
-    code = main(["plan", "--hardware", *args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return in_process(capsys, "plan", "--hardware", *args)
 
 
 @pytest.mark.parametrize("args, words", [
