@@ -29,6 +29,10 @@ def test_sigstop_one_rank_names_it_and_all_exit(tmp_path, victim_rank):
         workers = wait_for(lambda: spawned_workers(job.proc.pid), 10, "the workers", job.proc)
         assert len(workers) == 2
         victim = workers[victim_rank]  # the launcher starts rank 0 first: lower pid
+        # The heartbeat follows the steps a beat at a time (every second at --timeout 10s, and
+        # 0.25 s after an operation begins): steps 1 to 8 and a checkpoint can all pass before its
+        # first beat after setup. Stopped after two beats' time, its last beat is of training.
+        time.sleep(2.5)
         os.kill(victim, signal.SIGSTOP)
         stopped_at = time.monotonic()
         status, stdout, stderr = job.finish(timeout=TIMEOUT_S + 60)
