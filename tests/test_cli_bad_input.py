@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scaletrain.cli import main
-from tests.helpers import scaletrain
+from tests.helpers import in_process, scaletrain
 
 # A quick, valid base; each case's own flags come after it and win (argparse: last one counts).
 BASE = ["train", "--workload", "digits-mlp", "--epochs", "1", "--nproc-per-node", "1"]
@@ -158,17 +157,13 @@ def test_bad_input(name, args, environ, expected, tmp_path, capsys, monkeypatch)
         monkeypatch.setenv(var, value)
     argv, out = build_argv(args, tmp_path)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    try:
-        status = main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert status == 2, captured
-    assert len(lines) == 1, captured.err
+    status, stdout, err = in_process(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert status == 2, (stdout, err)
+    assert len(lines) == 1, err
     assert lines[0].startswith("scaletrain") and "error:" in lines[0], lines[0]
     assert expected in lines[0], lines[0]
-    assert "Traceback" not in captured.err + captured.out
+    assert "Traceback" not in err + stdout
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert after == before, "something was written"
     assert out is None or not out.exists()

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 import scaletrain
-from scaletrain.cli import main
 from scaletrain.foundation.errors import UsageError
+from tests.helpers import in_process
 from tests.workers.composition_reference import batches, gpt, loss_fn, optimizer_for
 
 MODES = [{}, {"activation_checkpointing": "full"}, {"activation_checkpointing": "selective"},
@@ -66,11 +66,7 @@ def test_a_meta_build_nothing_can_initialise_is_refused():
 ])
 def test_memory_options_refused_in_one_line(flags, words, tmp_path, capsys):
     out = tmp_path / "run"
-    try:
-        code = main(["train", *flags, "--device", "cpu", "--out", str(out)])
-    except SystemExit as exc:  # a value its flag cannot read: argparse's own one line
-        code = exc.code
-    err = capsys.readouterr().err
+    code, _out, err = in_process(capsys, "train", *flags, "--device", "cpu", "--out", str(out))
     assert code == 2 and err.count("\n") == 1 and words in err, err
     assert not out.exists()
 

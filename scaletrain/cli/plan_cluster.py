@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from .parsing import positive_float, positive_int
+from .parsing import positive_int
 
 CLUSTER_SEQ_LEN = 8192  # --seq-len's default with --hardware
 

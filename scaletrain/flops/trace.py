@@ -231,7 +231,7 @@ class TraceMode(TorchDispatchMode):
             return (-1, 0, False)
         serial = self._serial.get(storage)
         tokens = (self.batch is not None and t.dim() > 0 and t.shape[0] == self.batch) or \
-            not self.token_counts.isdisjoint(_token_dims(t))
+            (bool(self.token_counts) and not self.token_counts.isdisjoint(_token_dims(t)))
         size = t.numel() * t.element_size()
         if serial is None:
             serial = self._serial[storage] = self._next

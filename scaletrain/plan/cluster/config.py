@@ -106,6 +106,14 @@ def layer_parameters(shape: ModelShape, config: ClusterConfig) -> tuple[float, f
     return (shape.layer_parameters - experts) / config.tp, experts / config.ep
 
 
+def held_layer_parameters(shape: ModelShape, config: ClusterConfig) -> float:
+    """One layer's parameters a GPU holds before FSDP and expert parallel split them: the dense
+    weights ÷ tp, a mixture's experts whole (expert parallel's split of them and FSDP's
+    together are FSDP's dp_shard × cp ways)."""
+    dense, experts = layer_parameters(shape, config)
+    return dense + experts * config.ep
+
+
 def microbatches(config: ClusterConfig, scenario: ClusterScenario) -> int:
     """Micro-batches each data-parallel rank runs per optimizer step (a pipeline's, or the
     gradient accumulation's)."""

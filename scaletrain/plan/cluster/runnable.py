@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ...foundation.errors import UsageError, as_flags
 from ...parallel.dims import MESH_DIMS
+from ...workloads.model_shapes import ModelShape
 from .config import ClusterConfig
 
 
@@ -41,14 +42,14 @@ def train_strategy(config: ClusterConfig, microbatches: int) -> tuple[str, dict]
     return name, options
 
 
-def train_refusal(config: ClusterConfig, microbatches: int, shape=None) -> str:
+def train_refusal(config: ClusterConfig, microbatches: int, shape: ModelShape) -> str:
     """Why `scaletrain train` cannot run `config` (of a model of `shape`) as its printed flags
     say ("" where it can)."""
     from ...strategies import get_strategy
 
-    if shape is not None and shape.experts and config.pp > 1:
+    if shape.experts and config.pp > 1:
         return "train does not cut a mixture of experts into pipeline stages (its router's balance loss would be lost)"
-    if shape is not None and shape.experts and config.tp > 1:
+    if shape.experts and config.tp > 1:
         return ("train's tensor parallel does not split a Hugging Face mixture of experts (its plan's experts styles, "
                 "packed_colwise and moe_tp_experts, are not torch's)")
     if config.pp > 1 and config.schedule != "1f1b":

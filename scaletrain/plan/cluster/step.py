@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from .comm import Network
 from .compute import Execution, PartTime, part_time, step_efficiency
-from .config import ClusterConfig, ClusterScenario, layer_parameters, microbatches
+from .config import ClusterConfig, ClusterScenario, held_layer_parameters, microbatches
 from .costs import Schedule, enabled
 from .costs.parts import StepParts
 from .flop_conventions import published_flops_per_token
@@ -141,11 +141,8 @@ def _prediction(parts: StepParts, one, schedule: Schedule, step: float, optimize
 
 
 def _rank_parameters(shape, config: ClusterConfig, chunks: tuple) -> float:
-    """Parameters of the pipeline rank holding the most, before FSDP shards them (÷ tp; a
-    mixture's experts whole: expert parallel's split of them and FSDP's together are FSDP's
-    dp_shard × cp ways)."""
-    dense, experts = layer_parameters(shape, config)
-    per_layer = dense + experts * config.ep
+    """Parameters of the pipeline rank holding the most, before FSDP shards them."""
+    per_layer = held_layer_parameters(shape, config)
     first = shape.embedding_parameters / config.tp
     last = shape.head_parameters / config.tp
     if config.pp == 1:

@@ -24,7 +24,7 @@ gradients, hidden behind backward where `overlap_grad_reduce`.
 from __future__ import annotations
 
 from ..comm import group, mesh_group
-from ..config import layer_parameters
+from ..config import held_layer_parameters, layer_parameters
 from .parts import StepParts
 from .registry import ClusterCostTerms, Schedule, register
 
@@ -51,8 +51,7 @@ def fsdp_seconds(parts: StepParts) -> tuple:
     config, net, m, shape = parts.config, parts.net, parts.microbatches, parts.scenario.shape
     shards = mesh_group(config.dims, ("dp_shard", "cp"), parts.gpus_per_node)
     reduce_bytes = REDUCE_BYTES[config.software.reduce_dtype]
-    dense, experts = layer_parameters(shape, config)
-    root_params = max(0.0, parts.params_rank - max(parts.chunks) * (dense + experts * config.ep))
+    root_params = max(0.0, parts.params_rank - max(parts.chunks) * held_layer_parameters(shape, config))
     gather = layer_collective(parts, net.all_gather, 2)
     reduce = layer_collective(parts, net.reduce_scatter, reduce_bytes)
     root_gather = net.all_gather(2 * root_params, shards)
